@@ -1,0 +1,145 @@
+//! What a `.db` file's name says: metric type, gauge mode and process id.
+//!
+//! prometheus_client derives all three from `os.path.basename(f).split('_')`:
+//! the type is the first part, a gauge file's mode is the second, and its pid
+//! is the third part minus its last three characters (the `.db`). Those exact
+//! rules are reproduced here, including their quirks (`gauge_all_host_12.db`
+//! has pid `h`).
+
+use crate::model::MetricType;
+
+/// How a gauge family combines the values of several processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GaugeMode {
+    /// `all`, `liveall` (and any unrecognised mode): one series per process, with a `pid` label.
+    All,
+    /// `min`, `livemin`.
+    Min,
+    /// `max`, `livemax`.
+    Max,
+    /// `sum`, `livesum`.
+    Sum,
+    /// `mostrecent`, `livemostrecent`: the value with the newest timestamp.
+    MostRecent,
+}
+
+impl GaugeMode {
+    /// Classifies the mode part of a gauge file name.
+    pub fn from_name(mode: &str) -> Self {
+        match mode {
+            "min" | "livemin" => Self::Min,
+            "max" | "livemax" => Self::Max,
+            "sum" | "livesum" => Self::Sum,
+            "mostrecent" | "livemostrecent" => Self::MostRecent,
+            _ => Self::All,
+        }
+    }
+}
+
+/// The parts of a multiprocess file name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileName {
+    /// The first `_`-separated part of the name (`counter`, `gauge`, ...).
+    pub type_prefix: String,
+    /// The metric type for the prefix, `None` if prometheus_client rejects it.
+    pub metric_type: Option<MetricType>,
+    /// For gauge files: the second part (`all`, `livesum`, ...), if present.
+    pub gauge_mode_name: Option<String>,
+    /// For gauge files: the process id Python derives (`parts[2][:-3]`), if
+    /// the name has a third part.
+    pub gauge_pid: Option<String>,
+}
+
+impl FileName {
+    /// Parses a file's base name (without directories).
+    pub fn parse(basename: &str) -> Self {
+        let mut parts = basename.split('_');
+        let type_prefix = parts.next().unwrap_or_default().to_string();
+        let metric_type = MetricType::from_file_prefix(&type_prefix);
+        let (gauge_mode_name, gauge_pid) = if type_prefix == "gauge" {
+            let mode = parts.next().map(str::to_string);
+            let pid = parts.next().map(|third| {
+                // Python slices code points: parts[2][:-3].
+                let keep = third.chars().count().saturating_sub(3);
+                third.chars().take(keep).collect::<String>()
+            });
+            (mode, pid)
+        } else {
+            (None, None)
+        };
+        Self {
+            type_prefix,
+            metric_type,
+            gauge_mode_name,
+            gauge_pid,
+        }
+    }
+
+    /// The gauge mode, for gauge files that name one.
+    pub fn gauge_mode(&self) -> Option<GaugeMode> {
+        self.gauge_mode_name.as_deref().map(GaugeMode::from_name)
+    }
+
+    /// Whether this is a file of a `live*` gauge, which `mark_process_dead`
+    /// deletes when its process exits (so it may vanish at any time).
+    pub fn is_live_gauge(&self) -> bool {
+        self.type_prefix == "gauge"
+            && self
+                .gauge_mode_name
+                .as_deref()
+                .is_some_and(|m| m.starts_with("live"))
+    }
+
+    /// Whether this is a gauge file (`metric_type` is gauge).
+    pub fn is_gauge(&self) -> bool {
+        self.metric_type == Some(MetricType::Gauge)
+    }
+}
+
+/// Whether prometheus_client's `glob('*.db')` would list a directory entry
+/// with this name: ends in `.db` (case-sensitive) and does not start with `.`.
+pub fn is_listed_name(name: &str) -> bool {
+    name.ends_with(".db") && !name.starts_with('.')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_python_names() {
+        let f = FileName::parse("counter_123.db");
+        assert_eq!(f.metric_type, Some(MetricType::Counter));
+        assert_eq!(f.gauge_pid, None);
+
+        let g = FileName::parse("gauge_livemostrecent_42.db");
+        assert_eq!(g.gauge_mode(), Some(GaugeMode::MostRecent));
+        assert_eq!(g.gauge_pid.as_deref(), Some("42"));
+        assert!(g.is_live_gauge());
+
+        let odd = FileName::parse("gauge_all_host_12.db");
+        assert_eq!(odd.gauge_pid.as_deref(), Some("h"));
+
+        let short = FileName::parse("gauge_1.db");
+        assert_eq!(short.gauge_pid, None);
+
+        assert_eq!(FileName::parse("foo_1.db").metric_type, None);
+        assert_eq!(
+            FileName::parse("untyped_1.db").metric_type,
+            Some(MetricType::Unknown)
+        );
+        assert_eq!(
+            FileName::parse("gauge_weird_1.db").gauge_mode(),
+            Some(GaugeMode::All)
+        );
+    }
+
+    #[test]
+    fn glob_rules() {
+        assert!(is_listed_name("counter_1.db"));
+        assert!(is_listed_name("x.db"));
+        assert!(!is_listed_name(".hidden.db"));
+        assert!(!is_listed_name("counter_1.DB"));
+        assert!(!is_listed_name("counter_1.db.tmp"));
+    }
+}

@@ -1,0 +1,478 @@
+//! Reading metric files from disk, incrementally, into merged families.
+//!
+//! A [`Reader`] keeps, for every file it has seen, the keys of its records and
+//! where their values live. On each [`Reader::collect`] it lists the inputs in
+//! `readdir` order (as Python's `glob` does), reads each file's used bytes
+//! with one positioned read, decodes only records appended since the last
+//! call, reuses the previous merge plan when no file was added, removed,
+//! replaced or extended, and evaluates the merge on the current values.
+//!
+//! Files are read with `pread`, never mapped, so a file truncated by another
+//! process cannot raise SIGBUS here. Files are opened read-only and
+//! non-blocking (a FIFO named `*.db` cannot stall a scrape), and anything that
+//! is not a regular file is skipped. A file that cannot be read or parsed is
+//! left out whole and reported as a [`Problem`]; everything else is merged as
+//! prometheus_client would merge it without that file.
+
+use std::ffi::OsStr;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use rustc_hash::FxHashMap;
+
+use crate::file_name::{is_listed_name, FileName};
+use crate::key::KeyError;
+use crate::layout::{read_used, read_value, scan_records, LayoutError, HEADER_LEN};
+use crate::merge::{plan, KeyId, KeyStore, MergeError, MergePlan, PlanInput};
+use crate::model::MetricFamily;
+
+/// An input to read: a directory (its `*.db` entries, in `readdir` order) or
+/// one file.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Input {
+    /// A metrics directory (`PROMETHEUS_MULTIPROC_DIR`).
+    Directory(PathBuf),
+    /// A single `.db` file.
+    File(PathBuf),
+}
+
+impl Input {
+    /// A directory input if `path` is a directory now, else a file input.
+    pub fn detect(path: impl Into<PathBuf>) -> Self {
+        let path = path.into();
+        if path.is_dir() {
+            Self::Directory(path)
+        } else {
+            Self::File(path)
+        }
+    }
+
+    /// The path of this input.
+    pub fn path(&self) -> &Path {
+        match self {
+            Self::Directory(p) | Self::File(p) => p,
+        }
+    }
+}
+
+/// Why a file or directory was skipped. The label is stable and used as a
+/// metric label value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SkipReason {
+    /// The directory does not exist (yet).
+    DirectoryMissing,
+    /// The directory exists but cannot be listed.
+    DirectoryUnreadable(String),
+    /// The path does not exist (a file named on the command line, or a file
+    /// deleted between listing and reading).
+    Vanished,
+    /// Opening or reading failed with permission denied.
+    PermissionDenied,
+    /// Not a regular file (a directory, FIFO, socket or device named `*.db`).
+    NotRegularFile,
+    /// Any other I/O error.
+    Io(String),
+    /// The bytes do not follow the file layout.
+    Layout(LayoutError),
+    /// A record key does not decode.
+    Key(KeyError),
+    /// The file cannot be merged (unknown type, bad bucket bound, ...).
+    Merge(MergeError),
+}
+
+impl SkipReason {
+    /// A short, stable label for metrics (`reason="..."`).
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::DirectoryMissing => "directory_missing",
+            Self::DirectoryUnreadable(_) => "directory_unreadable",
+            Self::Vanished => "vanished",
+            Self::PermissionDenied => "permission_denied",
+            Self::NotRegularFile => "not_regular_file",
+            Self::Io(_) => "io_error",
+            Self::Layout(LayoutError::ShorterThanHeader { .. }) => "short_file",
+            Self::Layout(
+                LayoutError::UsedBelowHeader { .. } | LayoutError::UsedBeyondFile { .. },
+            ) => "bad_header",
+            Self::Layout(
+                LayoutError::NegativeKeyLength { .. } | LayoutError::RecordPastUsed { .. },
+            ) => "bad_record",
+            Self::Key(KeyError::NotUtf8) => "key_not_utf8",
+            Self::Key(KeyError::NotJson { .. }) => "key_not_json",
+            Self::Key(KeyError::WrongShape { .. } | KeyError::EmptyFamily) => "key_bad_shape",
+            Self::Merge(MergeError::UnknownType { .. }) => "unknown_type",
+            Self::Merge(MergeError::GaugeNameWithoutPid) => "bad_file_name",
+            Self::Merge(MergeError::InvalidBucketBound { .. }) => "bad_bucket_bound",
+        }
+    }
+}
+
+impl std::fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::DirectoryMissing => f.write_str("directory does not exist"),
+            Self::DirectoryUnreadable(e) => write!(f, "directory cannot be listed: {e}"),
+            Self::Vanished => f.write_str("file does not exist (deleted before it could be read)"),
+            Self::PermissionDenied => f.write_str("permission denied"),
+            Self::NotRegularFile => f.write_str("not a regular file"),
+            Self::Io(e) => write!(f, "read error: {e}"),
+            Self::Layout(e) => write!(f, "corrupt file: {e}"),
+            Self::Key(e) => write!(f, "corrupt record: {e}"),
+            Self::Merge(e) => write!(f, "cannot merge: {e}"),
+        }
+    }
+}
+
+/// A path left out of a collection, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The file or directory.
+    pub path: PathBuf,
+    /// Why it was left out.
+    pub reason: SkipReason,
+}
+
+/// Counters describing one collection.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CollectStats {
+    /// Input directories that exist.
+    pub directories_present: usize,
+    /// Input directories that do not exist.
+    pub directories_missing: usize,
+    /// Files listed (after the `*.db` filter) or named.
+    pub files_listed: usize,
+    /// Files merged.
+    pub files_merged: usize,
+    /// Records merged.
+    pub records: usize,
+    /// Bytes read from files.
+    pub bytes_read: u64,
+    /// Keys decoded in this collection (0 when nothing was appended).
+    pub keys_decoded: usize,
+    /// Whether the merge had to be re-planned.
+    pub replanned: bool,
+}
+
+/// The result of one collection.
+#[derive(Debug, Clone, Default)]
+pub struct Collection {
+    /// Merged families in prometheus_client's order.
+    pub families: Vec<MetricFamily>,
+    /// Paths left out, in listing order.
+    pub problems: Vec<Problem>,
+    /// Counters.
+    pub stats: CollectStats,
+}
+
+/// What is remembered about one file between collections.
+#[derive(Debug)]
+struct CachedFile {
+    device: u64,
+    inode: u64,
+    name: FileName,
+    /// Offset where record scanning stopped.
+    parsed_until: usize,
+    keys: Vec<KeyId>,
+    value_offsets: Vec<u32>,
+    values: Vec<(f64, f64)>,
+    /// Changes whenever `keys` changes; identifies the file's structure.
+    generation: u64,
+    /// The file's `used` and the error it had, if it is bad at that size.
+    failed: Option<(usize, SkipReason)>,
+    /// Seen in the current collection.
+    seen: bool,
+}
+
+/// Reads inputs incrementally and merges them; keep one per set of inputs.
+#[derive(Debug, Default)]
+pub struct Reader {
+    store: KeyStore,
+    files: FxHashMap<PathBuf, CachedFile>,
+    next_generation: u64,
+    plan: Option<(Vec<u64>, MergePlan)>,
+    plan_problems: Vec<(u64, MergeError)>,
+    buffer: Vec<u8>,
+}
+
+impl Reader {
+    /// A reader with nothing cached.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of distinct record keys decoded so far.
+    pub fn keys_decoded(&self) -> usize {
+        self.store.len()
+    }
+
+    /// Lists, reads and merges `inputs` (in order; directories expanded in
+    /// `readdir` order in place).
+    pub fn collect(&mut self, inputs: &[Input]) -> Collection {
+        let mut stats = CollectStats::default();
+        let mut problems = Vec::new();
+        let paths = list_inputs(inputs, &mut stats, &mut problems);
+        stats.files_listed = paths.len();
+        let keys_before = self.store.len();
+        for cached in self.files.values_mut() {
+            cached.seen = false;
+        }
+
+        // Read every listed file; remember which ones can take part.
+        let mut merged: Vec<&Path> = Vec::with_capacity(paths.len());
+        let mut merged_positions: Vec<usize> = Vec::with_capacity(paths.len());
+        for (position, path) in paths.iter().enumerate() {
+            match self.refresh(path, &mut stats) {
+                Ok(()) => {
+                    merged.push(path);
+                    merged_positions.push(position);
+                }
+                Err(reason) => {
+                    // A missing live gauge file is normal (mark_process_dead); Python skips it silently.
+                    let silent = reason == SkipReason::Vanished && is_live_gauge_path(path);
+                    if !silent {
+                        problems.push((
+                            position,
+                            Problem {
+                                path: path.clone(),
+                                reason,
+                            },
+                        ));
+                    }
+                }
+            }
+        }
+        self.files.retain(|_, cached| cached.seen);
+
+        // Re-plan only when the structure changed.
+        let signature: Vec<u64> = merged.iter().map(|p| self.files[*p].generation).collect();
+        let reuse = matches!(&self.plan, Some((previous, _)) if *previous == signature);
+        if !reuse {
+            let inputs: Vec<PlanInput<'_>> = merged
+                .iter()
+                .map(|p| {
+                    let cached = &self.files[*p];
+                    PlanInput {
+                        name: &cached.name,
+                        keys: &cached.keys,
+                    }
+                })
+                .collect();
+            let planned = plan(&mut self.store, &inputs, true);
+            self.plan_problems = planned
+                .excluded
+                .into_iter()
+                .map(|(i, e)| (signature[i], e))
+                .collect();
+            self.plan = Some((signature.clone(), planned.plan));
+            stats.replanned = true;
+        }
+        for (generation, error) in &self.plan_problems {
+            if let Some(i) = signature.iter().position(|g| g == generation) {
+                problems.push((
+                    merged_positions[i],
+                    Problem {
+                        path: merged[i].to_path_buf(),
+                        reason: SkipReason::Merge(error.clone()),
+                    },
+                ));
+            }
+        }
+        problems.sort_by_key(|(position, _)| *position);
+
+        let mut families = Vec::new();
+        if let Some((_, plan)) = &self.plan {
+            for &i in plan.files() {
+                stats.files_merged += 1;
+                stats.records += self.files[merged[i]].values.len();
+            }
+            let files = &self.files;
+            families = plan
+                .evaluate(|i| files[merged[i]].values.as_slice())
+                .unwrap_or_default();
+        }
+        stats.keys_decoded = self.store.len() - keys_before;
+        Collection {
+            families,
+            problems: problems.into_iter().map(|(_, p)| p).collect(),
+            stats,
+        }
+    }
+
+    /// Brings the cached state of `path` up to date; `Err` if it must be left out.
+    fn refresh(&mut self, path: &Path, stats: &mut CollectStats) -> Result<(), SkipReason> {
+        let file = open_read_only(path)?;
+        let meta = file.metadata().map_err(io_reason)?;
+        if !meta.file_type().is_file() {
+            return Err(SkipReason::NotRegularFile);
+        }
+        let file_len = usize::try_from(meta.len()).unwrap_or(usize::MAX);
+
+        // Header first: it says how much to read.
+        let mut header = [0u8; HEADER_LEN];
+        let got = read_fully_at(&file, &mut header, 0).map_err(io_reason)?;
+        let used = read_used(&header[..got], file_len).map_err(SkipReason::Layout)?;
+        let used = used.unwrap_or(HEADER_LEN);
+
+        let still_valid = self.files.get(path).is_some_and(|c| {
+            c.device == meta.dev() && c.inode == meta.ino() && used >= c.parsed_until
+        });
+        if !still_valid {
+            let generation = self.next_generation;
+            self.next_generation += 1;
+            let base_name = path
+                .file_name()
+                .map(OsStr::to_string_lossy)
+                .unwrap_or_default();
+            self.files.insert(
+                path.to_path_buf(),
+                CachedFile {
+                    device: meta.dev(),
+                    inode: meta.ino(),
+                    name: FileName::parse(&base_name),
+                    parsed_until: HEADER_LEN,
+                    keys: Vec::new(),
+                    value_offsets: Vec::new(),
+                    values: Vec::new(),
+                    generation,
+                    failed: None,
+                    seen: true,
+                },
+            );
+        }
+        let cached = self.files.get_mut(path).ok_or(SkipReason::Vanished)?;
+        cached.seen = true;
+        if let Some((failed_used, reason)) = &cached.failed {
+            if *failed_used == used {
+                return Err(reason.clone());
+            }
+            cached.failed = None;
+        }
+
+        self.buffer.resize(used, 0);
+        let got = read_fully_at(&file, &mut self.buffer[..used], 0).map_err(io_reason)?;
+        stats.bytes_read += got as u64;
+        if got < used {
+            // Truncated between fstat and read.
+            let reason = SkipReason::Layout(LayoutError::UsedBeyondFile { used, len: got });
+            return Err(reason);
+        }
+        let data = &self.buffer[..used];
+
+        if used > cached.parsed_until {
+            let mut locations = Vec::new();
+            let scanned = scan_records(data, cached.parsed_until, used, &mut locations);
+            let mut new_keys = Vec::with_capacity(locations.len());
+            let mut failure = scanned.err().map(SkipReason::Layout);
+            if failure.is_none() {
+                for location in &locations {
+                    match self.store.intern(location.key(data)) {
+                        Ok(id) => new_keys.push(id),
+                        Err(e) => {
+                            failure = Some(SkipReason::Key(e));
+                            break;
+                        }
+                    }
+                }
+            }
+            if let Some(reason) = failure {
+                cached.failed = Some((used, reason.clone()));
+                return Err(reason);
+            }
+            cached.keys.extend(new_keys);
+            cached
+                .value_offsets
+                .extend(locations.iter().map(|l| l.value_offset as u32));
+            cached.parsed_until = used;
+            cached.generation = self.next_generation;
+            self.next_generation += 1;
+        }
+        cached.values.clear();
+        cached.values.extend(
+            cached
+                .value_offsets
+                .iter()
+                .map(|&offset| read_value(data, offset as usize)),
+        );
+        Ok(())
+    }
+}
+
+fn is_live_gauge_path(path: &Path) -> bool {
+    path.file_name()
+        .and_then(OsStr::to_str)
+        .is_some_and(|name| FileName::parse(name).is_live_gauge())
+}
+
+/// Expands inputs into the ordered list of files to read.
+fn list_inputs(
+    inputs: &[Input],
+    stats: &mut CollectStats,
+    problems: &mut Vec<(usize, Problem)>,
+) -> Vec<PathBuf> {
+    let mut paths = Vec::new();
+    for input in inputs {
+        match input {
+            Input::File(path) => paths.push(path.clone()),
+            Input::Directory(dir) => match std::fs::read_dir(dir) {
+                Ok(entries) => {
+                    stats.directories_present += 1;
+                    for entry in entries.flatten() {
+                        let name = entry.file_name();
+                        if name.to_str().is_some_and(is_listed_name) {
+                            paths.push(entry.path());
+                        }
+                    }
+                }
+                Err(e) => {
+                    let reason = if e.kind() == io::ErrorKind::NotFound {
+                        stats.directories_missing += 1;
+                        SkipReason::DirectoryMissing
+                    } else {
+                        SkipReason::DirectoryUnreadable(e.to_string())
+                    };
+                    problems.push((
+                        paths.len(),
+                        Problem {
+                            path: dir.clone(),
+                            reason,
+                        },
+                    ));
+                }
+            },
+        }
+    }
+    paths
+}
+
+fn open_read_only(path: &Path) -> Result<File, SkipReason> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(io_reason)
+}
+
+fn io_reason(e: io::Error) -> SkipReason {
+    match e.kind() {
+        io::ErrorKind::NotFound => SkipReason::Vanished,
+        io::ErrorKind::PermissionDenied => SkipReason::PermissionDenied,
+        _ if e.raw_os_error() == Some(libc::EISDIR) => SkipReason::NotRegularFile,
+        _ => SkipReason::Io(e.to_string()),
+    }
+}
+
+/// Reads until `buf` is full or the file ends; returns the bytes read.
+fn read_fully_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
