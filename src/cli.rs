@@ -1,7 +1,8 @@
 //! Command-line interface: argument definitions and the subcommands.
 //!
 //! `multiproc-exporter dump PATH...` prints the merged exposition of the given
-//! directories and files to standard output.
+//! directories and files to standard output. `multiproc-exporter serve` (also
+//! what runs without a subcommand) is the HTTP exporter, see [`crate::server`].
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -9,21 +10,37 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::config::Config;
 use crate::encode::{encode, Escaping, Format};
+use crate::server::{self, ServeArgs};
 use crate::source::{Input, Reader, SkipReason};
+use crate::transform;
 
 /// Prometheus exporter for Python prometheus_client multiprocess metric files.
+///
+/// Without a subcommand, serves the metrics over HTTP (`serve`).
 #[derive(Debug, Parser)]
-#[command(name = "multiproc-exporter", version, about, long_about = None)]
+#[command(
+    name = "multiproc-exporter",
+    version,
+    about,
+    long_about = None,
+    args_conflicts_with_subcommands = true
+)]
 pub struct Cli {
-    /// What to do.
+    /// What to do (default: `serve`).
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
+    /// Flags of `serve`, accepted without the subcommand too.
+    #[command(flatten)]
+    pub serve: ServeArgs,
 }
 
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Serve the merged metrics over HTTP (the default).
+    Serve(ServeArgs),
     /// Print the merged exposition of metric files to standard output.
     Dump(DumpArgs),
 }
@@ -56,6 +73,10 @@ pub struct DumpArgs {
     /// How metric and label names outside the legacy character set are written.
     #[arg(long, value_enum, default_value = "underscores")]
     pub escaping: EscapingArg,
+    /// YAML configuration file to apply (filtering, naming, constant labels),
+    /// as `serve --config` does.
+    #[arg(long, env = "MULTIPROC_EXPORTER_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// Metric directories (their `*.db` entries are read in directory order)
     /// and files (merged in the order given). Defaults to
     /// `$PROMETHEUS_MULTIPROC_DIR`.
@@ -66,7 +87,9 @@ pub struct DumpArgs {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Dump(args) => dump(args),
+        Some(Command::Dump(args)) => dump(args),
+        Some(Command::Serve(args)) => server::run(args),
+        None => server::run(cli.serve),
     }
 }
 
@@ -80,6 +103,16 @@ pub fn multiproc_dir_from_env() -> Option<PathBuf> {
 }
 
 fn dump(args: DumpArgs) -> ExitCode {
+    let config = match &args.config {
+        None => Config::default(),
+        Some(path) => match Config::load(path) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("multiproc-exporter: {e}");
+                return ExitCode::from(2);
+            }
+        },
+    };
     let paths = if args.paths.is_empty() {
         match multiproc_dir_from_env() {
             Some(dir) => vec![dir],
@@ -124,7 +157,14 @@ fn dump(args: DumpArgs) -> ExitCode {
         EscapingArg::Underscores => Escaping::Underscores,
         EscapingArg::AllowUtf8 => Escaping::AllowUtf8,
     };
-    let body = encode(&collection.families, format, escaping);
+    let transformed = transform::apply(&config, collection.families);
+    for c in &transformed.collisions {
+        eprintln!(
+            "multiproc-exporter: dropped family {}: its new name {} is already used",
+            c.original, c.renamed
+        );
+    }
+    let body = encode(&transformed.families, format, escaping);
     let mut stdout = std::io::stdout().lock();
     match stdout.write_all(&body).and_then(|()| stdout.flush()) {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,8 +1,8 @@
 //! Exposition encoders, byte-identical to prometheus_client 0.26.0.
 //!
-//! * [`Format::Text`]: `prometheus_client.exposition.generate_latest`, the
+//! * `Format::Text`: `prometheus_client.exposition.generate_latest`, the
 //!   Prometheus text format (0.0.4, and 1.0.0 which has the same body).
-//! * [`Format::OpenMetrics`]: `prometheus_client.openmetrics.exposition.generate_latest`
+//! * `Format::OpenMetrics`: `prometheus_client.openmetrics.exposition.generate_latest`
 //!   (OpenMetrics 1.0.0).
 //!
 //! Both take an [`Escaping`] for metric and label names: `underscores`

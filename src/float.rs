@@ -157,6 +157,7 @@ mod tests {
     use super::go_float_string;
 
     #[test]
+    #[allow(clippy::excessive_precision)] // exact tie cases, on purpose
     fn research_note_table() {
         let cases: &[(f64, &str)] = &[
             (0.0, "0.0"),

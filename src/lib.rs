@@ -12,6 +12,10 @@
 //!   text and OpenMetrics encoders (no I/O).
 //! * [`source`]: the I/O layer: lists directories, reads files incrementally,
 //!   reports bad files instead of failing.
+//! * [`config`], [`transform`]: the YAML configuration and how it filters,
+//!   renames and labels families (no I/O in `transform`).
+//! * [`negotiate`]: HTTP content negotiation as prometheus_client does it (no I/O).
+//! * [`server`]: the HTTP sidecar (`multiproc-exporter serve`).
 //! * [`cli`]: the command-line interface of the `multiproc-exporter` binary.
 //!
 //! Deliberate differences from prometheus_client are listed in
@@ -20,6 +24,8 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 pub mod cli;
+pub mod config;
+pub mod demo;
 pub mod encode;
 pub mod file_name;
 pub mod float;
@@ -27,4 +33,8 @@ pub mod key;
 pub mod layout;
 pub mod merge;
 pub mod model;
+pub mod negotiate;
+pub mod server;
 pub mod source;
+pub mod transform;
+pub mod writer;

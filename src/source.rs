@@ -302,10 +302,21 @@ impl Reader {
 
     /// Brings the cached state of `path` up to date; `Err` if it must be left out.
     fn refresh(&mut self, path: &Path, stats: &mut CollectStats) -> Result<(), SkipReason> {
+        let base_name = path
+            .file_name()
+            .map(OsStr::to_string_lossy)
+            .unwrap_or_default();
+        let name = FileName::parse(&base_name);
         let file = open_read_only(path)?;
         let meta = file.metadata().map_err(io_reason)?;
         if !meta.file_type().is_file() {
             return Err(SkipReason::NotRegularFile);
+        }
+        // The name alone rules out another program's `app.db`: don't parse it.
+        if name.metric_type.is_none() {
+            return Err(SkipReason::Merge(MergeError::UnknownType {
+                prefix: name.type_prefix,
+            }));
         }
         let file_len = usize::try_from(meta.len()).unwrap_or(usize::MAX);
 
@@ -321,16 +332,12 @@ impl Reader {
         if !still_valid {
             let generation = self.next_generation;
             self.next_generation += 1;
-            let base_name = path
-                .file_name()
-                .map(OsStr::to_string_lossy)
-                .unwrap_or_default();
             self.files.insert(
                 path.to_path_buf(),
                 CachedFile {
                     device: meta.dev(),
                     inode: meta.ino(),
-                    name: FileName::parse(&base_name),
+                    name,
                     parsed_until: HEADER_LEN,
                     keys: Vec::new(),
                     value_offsets: Vec::new(),

@@ -1,0 +1,28 @@
+//! Log set-up: `tracing` to standard error, as text (the default) or JSON.
+
+use tracing_subscriber::EnvFilter;
+
+use super::{LogFormat, LogLevel};
+
+/// Installs the global subscriber (does nothing if one is already installed,
+/// e.g. when a test runs several servers in one process).
+pub(super) fn init(format: LogFormat, level: LogLevel) {
+    let level = match level {
+        LogLevel::Debug => "debug",
+        LogLevel::Info => "info",
+        LogLevel::Warn => "warn",
+        LogLevel::Error => "error",
+    };
+    // The level applies to this crate; dependencies log warnings and errors only.
+    let filter = EnvFilter::new(format!("warn,multiproc_exporter={level}"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false);
+    let result = match format {
+        LogFormat::Text => builder.with_ansi(false).try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
+    // An error means a subscriber is already installed, which is fine.
+    drop(result);
+}

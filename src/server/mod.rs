@@ -1,0 +1,740 @@
+//! The HTTP sidecar: `multiproc-exporter serve` (also what runs with no
+//! subcommand).
+//!
+//! * [`ServeArgs`]: the flags, in the Prometheus exporter style, each with an
+//!   environment-variable form (`docs/configuration.md` lists them all).
+//! * [`app`]: the axum [`Router`] (testable with `tower::ServiceExt::oneshot`):
+//!   the metrics path, `/-/healthy`, `/-/ready` and an HTML landing page at `/`.
+//! * [`run`]: sets up logging, loads the configuration, binds every listen
+//!   address, starts the watcher (`watch`) and serves until SIGTERM or SIGINT,
+//!   then shuts down gracefully (in-flight scrapes finish).
+//!
+//! The server starts serving at once, even when no metrics directory exists
+//! yet (vLLM creates its files only after engine start-up): scrapes then
+//! return only the self-metrics, and `/-/ready` answers 503 until a directory
+//! exists.
+
+mod listen;
+mod logging;
+mod process;
+mod scrape;
+mod self_metrics;
+mod watch;
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex, RwLock};
+
+use axum::body::Body;
+use axum::extract::{RawQuery, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use clap::builder::TypedValueParser as _;
+use clap::{Args, ValueEnum};
+use flate2::write::GzEncoder;
+use flate2::Compression;
+
+use crate::config::{Config, ConfigError};
+use crate::negotiate::{choose_encoder, gzip_accepted, name_params};
+
+pub use listen::DEFAULT_LISTEN_ADDRESS;
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines (the default).
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Minimum level of log messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogLevel {
+    /// Everything, including every file added or removed.
+    Debug,
+    /// Start-up, directories and files appearing, reloads (the default).
+    Info,
+    /// Problems only: bad files, failed reloads.
+    Warn,
+    /// Errors only.
+    Error,
+}
+
+/// Flags of `serve` (and of the command line without a subcommand).
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address to listen on, as `host:port`, `[ipv6]:port` or `:port` (all
+    /// interfaces). Repeat the flag (or separate addresses with commas in the
+    /// environment variable) to listen on several.
+    #[arg(
+        long = "web.listen-address",
+        env = "MULTIPROC_EXPORTER_WEB_LISTEN_ADDRESS",
+        value_name = "ADDRESS",
+        value_delimiter = ',',
+        default_value = DEFAULT_LISTEN_ADDRESS
+    )]
+    pub listen_addresses: Vec<String>,
+
+    /// Path under which the metrics are served.
+    #[arg(
+        long = "web.telemetry-path",
+        env = "MULTIPROC_EXPORTER_WEB_TELEMETRY_PATH",
+        value_name = "PATH",
+        default_value = "/metrics"
+    )]
+    pub telemetry_path: String,
+
+    /// Leave out the exporter's own metrics (`multiproc_exporter_*` and
+    /// `process_*`).
+    #[arg(
+        long = "web.disable-exporter-metrics",
+        env = "MULTIPROC_EXPORTER_WEB_DISABLE_EXPORTER_METRICS",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub disable_exporter_metrics: bool,
+
+    /// Metrics directory written by prometheus_client in multiprocess mode.
+    /// Repeat to merge several (files are merged in the order given, then in
+    /// directory order). Defaults to `$PROMETHEUS_MULTIPROC_DIR` (or its old
+    /// spelling `$prometheus_multiproc_dir`). It need not exist yet.
+    #[arg(
+        long = "dir",
+        env = "PROMETHEUS_MULTIPROC_DIR",
+        value_name = "DIR",
+        value_parser = clap::builder::OsStringValueParser::new().map(PathBuf::from)
+    )]
+    pub dirs: Vec<PathBuf>,
+
+    /// YAML configuration file (filtering, naming, constant labels; see
+    /// docs/configuration.md). Reloaded when it changes and on SIGHUP; a bad
+    /// new version is logged and the previous one stays in force.
+    #[arg(
+        long = "config",
+        env = "MULTIPROC_EXPORTER_CONFIG",
+        value_name = "FILE"
+    )]
+    pub config: Option<PathBuf>,
+
+    /// Log format.
+    #[arg(
+        long = "log.format",
+        env = "MULTIPROC_EXPORTER_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    pub log_format: LogFormat,
+
+    /// Minimum level of log messages.
+    #[arg(
+        long = "log.level",
+        env = "MULTIPROC_EXPORTER_LOG_LEVEL",
+        value_enum,
+        default_value = "info"
+    )]
+    pub log_level: LogLevel,
+}
+
+impl ServeArgs {
+    /// Arguments for serving `dirs` with every other flag at its default
+    /// (for callers such as the `demo` subcommand).
+    pub fn for_dirs(dirs: Vec<PathBuf>) -> Self {
+        Self {
+            listen_addresses: vec![DEFAULT_LISTEN_ADDRESS.to_owned()],
+            telemetry_path: "/metrics".to_owned(),
+            disable_exporter_metrics: false,
+            dirs,
+            config: None,
+            log_format: LogFormat::Text,
+            log_level: LogLevel::Info,
+        }
+    }
+}
+
+/// What triggered a configuration reload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReloadTrigger {
+    /// The file (or its directory) changed: reload only if the bytes changed.
+    FileChanged,
+    /// SIGHUP: always reload.
+    Signal,
+}
+
+/// What was last read from the configuration file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Seen {
+    Bytes(Vec<u8>),
+    Unreadable(String),
+}
+
+/// State shared by the handlers and the watcher.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    dirs: Vec<PathBuf>,
+    telemetry_path: String,
+    exporter_metrics: bool,
+    config_path: Option<PathBuf>,
+    config: RwLock<Arc<Config>>,
+    config_seen: Mutex<Option<Seen>>,
+    scraper: scrape::Scraper,
+    self_metrics: self_metrics::SelfMetrics,
+}
+
+/// Cheaply clonable handle to the server state (the axum state).
+#[derive(Debug, Clone)]
+pub struct AppState(Arc<Shared>);
+
+/// Settings of an [`AppState`], already validated.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Metrics directories (need not exist).
+    pub dirs: Vec<PathBuf>,
+    /// Metrics path (starts with `/`).
+    pub telemetry_path: String,
+    /// Whether to append the exporter's own metrics.
+    pub exporter_metrics: bool,
+    /// The configuration file, if any (for reloads).
+    pub config_path: Option<PathBuf>,
+    /// The configuration in force at start.
+    pub config: Config,
+}
+
+impl AppState {
+    /// A new state; nothing is read until the first scrape.
+    pub fn new(settings: Settings) -> Self {
+        let self_metrics = self_metrics::SelfMetrics::new(settings.exporter_metrics);
+        self_metrics.observe_initial_config();
+        Self(Arc::new(Shared {
+            scraper: scrape::Scraper::new(&settings.dirs),
+            dirs: settings.dirs,
+            telemetry_path: settings.telemetry_path,
+            exporter_metrics: settings.exporter_metrics,
+            config_seen: Mutex::new(None),
+            config_path: settings.config_path,
+            config: RwLock::new(Arc::new(settings.config)),
+            self_metrics,
+        }))
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> Arc<Config> {
+        self.0.config()
+    }
+}
+
+impl Shared {
+    fn config(&self) -> Arc<Config> {
+        self.config
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Re-reads the configuration file; a bad file keeps the configuration in
+    /// force. Blocking (reads the file).
+    pub(crate) fn reload_config(&self, trigger: ReloadTrigger) {
+        let Some(path) = &self.config_path else {
+            if trigger == ReloadTrigger::Signal {
+                tracing::info!("No configuration file was given (--config); nothing to reload.");
+            }
+            return;
+        };
+        let read = std::fs::read(path);
+        let seen = match &read {
+            Ok(bytes) => Seen::Bytes(bytes.clone()),
+            Err(e) => Seen::Unreadable(e.to_string()),
+        };
+        {
+            let mut last = self.config_seen.lock().unwrap_or_else(|e| e.into_inner());
+            if trigger == ReloadTrigger::FileChanged && last.as_ref() == Some(&seen) {
+                return;
+            }
+            *last = Some(seen);
+        }
+        let loaded = match read {
+            Ok(bytes) => Config::from_bytes(&bytes),
+            Err(e) => Err(ConfigError::Read {
+                path: path.clone(),
+                error: e.to_string(),
+            }),
+        };
+        match loaded {
+            Ok(config) => {
+                let changed = *self.config() != config;
+                *self.config.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(config);
+                self.self_metrics.observe_reload(true);
+                tracing::info!(path = %path.display(), changed, "Configuration reloaded.");
+            }
+            Err(e) => {
+                self.self_metrics.observe_reload(false);
+                tracing::error!(
+                    path = %path.display(),
+                    error = %e,
+                    "Configuration reload failed; keeping the previous configuration."
+                );
+            }
+        }
+    }
+
+    /// Records the bytes the initial configuration was loaded from, so that
+    /// an unchanged file does not count as a reload.
+    fn remember_config_bytes(&self, bytes: Vec<u8>) {
+        *self.config_seen.lock().unwrap_or_else(|e| e.into_inner()) = Some(Seen::Bytes(bytes));
+    }
+}
+
+/// The HTTP routes.
+pub fn app(state: AppState) -> Router {
+    Router::new()
+        .route("/-/healthy", get(healthy))
+        .route("/-/ready", get(ready))
+        .fallback(dispatch)
+        .with_state(state)
+}
+
+async fn healthy() -> &'static str {
+    "Healthy.\n"
+}
+
+async fn ready(State(state): State<AppState>) -> Response {
+    let shared = state.0.clone();
+    let ready = tokio::task::spawn_blocking(move || shared.scraper.any_directory_exists())
+        .await
+        .unwrap_or(false);
+    if ready {
+        (StatusCode::OK, "Ready.\n").into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Not ready: no metrics directory exists yet.\n",
+        )
+            .into_response()
+    }
+}
+
+/// The metrics path and the landing page; anything else is 404.
+async fn dispatch(
+    State(state): State<AppState>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let path = uri.path();
+    let is_metrics = path == state.0.telemetry_path;
+    let is_landing = path == "/" && !is_metrics;
+    if !is_metrics && !is_landing {
+        return (StatusCode::NOT_FOUND, "404 page not found\n").into_response();
+    }
+    if method != Method::GET && method != Method::HEAD {
+        let mut response =
+            (StatusCode::METHOD_NOT_ALLOWED, "Method not allowed.\n").into_response();
+        response
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return response;
+    }
+    if is_landing {
+        return landing_page(&state.0.telemetry_path);
+    }
+    metrics(state, &headers, query.as_deref()).await
+}
+
+/// All values of a header joined with `,` (as Python's ASGI app joins them).
+fn joined(headers: &HeaderMap, name: header::HeaderName) -> Option<String> {
+    let values: Vec<&str> = headers
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    (!values.is_empty()).then(|| values.join(","))
+}
+
+async fn metrics(state: AppState, headers: &HeaderMap, query: Option<&str>) -> Response {
+    let negotiated = choose_encoder(joined(headers, header::ACCEPT).as_deref());
+    let gzip = gzip_accepted(joined(headers, header::ACCEPT_ENCODING).as_deref());
+    let request = scrape::Request {
+        format: negotiated.format,
+        escaping: negotiated.escaping,
+        names: name_params(query),
+    };
+    let shared = state.0.clone();
+    let body = tokio::task::spawn_blocking(move || {
+        let config = shared.config();
+        let self_metrics = shared.exporter_metrics.then_some(&shared.self_metrics);
+        shared.scraper.render(&request, &config, self_metrics)
+    })
+    .await
+    .unwrap_or_else(|e| {
+        tracing::error!(error = %e, "The scrape task failed; serving an empty body.");
+        Vec::new()
+    });
+    let content_type = HeaderValue::from_str(&negotiated.content_type)
+        .unwrap_or_else(|_| HeaderValue::from_static(crate::negotiate::CONTENT_TYPE_TEXT_0_0_4));
+    let mut response = Response::new(Body::empty());
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, content_type);
+    let body = if gzip {
+        match gzip_bytes(&body) {
+            Ok(compressed) => {
+                response
+                    .headers_mut()
+                    .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+                compressed
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "Cannot gzip the response; sending it uncompressed.");
+                body
+            }
+        }
+    } else {
+        body
+    };
+    *response.body_mut() = Body::from(body);
+    response
+}
+
+/// Gzips a whole body (as Python's `gzip.compress` does; the header's mtime
+/// is 0 here, so equal bodies compress to equal bytes).
+fn gzip_bytes(data: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut encoder = GzEncoder::new(Vec::with_capacity(data.len() / 4 + 64), Compression::fast());
+    encoder.write_all(data)?;
+    encoder.finish()
+}
+
+fn landing_page(telemetry_path: &str) -> Response {
+    let path = html_escape(telemetry_path);
+    let version = env!("CARGO_PKG_VERSION");
+    let html = format!(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"UTF-8\">\n\
+         <title>multiproc-exporter</title>\n</head>\n<body>\n\
+         <h1>multiproc-exporter</h1>\n\
+         <p>Prometheus exporter for the metric files of Python prometheus_client's multiprocess mode (version {version}).</p>\n\
+         <ul>\n<li><a href=\"{path}\">Metrics</a> ({path})</li>\n\
+         <li><a href=\"/-/healthy\">Health</a> (/-/healthy)</li>\n\
+         <li><a href=\"/-/ready\">Readiness</a> (/-/ready)</li>\n</ul>\n\
+         </body>\n</html>\n"
+    );
+    ([(header::CONTENT_TYPE, "text/html; charset=UTF-8")], html).into_response()
+}
+
+fn html_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Why `serve` cannot start.
+fn invalid(message: impl std::fmt::Display) -> ExitCode {
+    tracing::error!("{message}");
+    ExitCode::from(2)
+}
+
+/// Runs the server until SIGTERM or SIGINT; the process exit code.
+pub fn run(args: ServeArgs) -> ExitCode {
+    logging::init(args.log_format, args.log_level);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("multiproc-exporter")
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(error = %e, "Cannot start the async runtime.");
+            return ExitCode::from(1);
+        }
+    };
+    runtime.block_on(serve(args))
+}
+
+/// Validates the arguments, binds, and serves until a shutdown signal.
+pub async fn serve(args: ServeArgs) -> ExitCode {
+    // An empty value (an empty PROMETHEUS_MULTIPROC_DIR, which
+    // prometheus_client treats as unset) is no directory.
+    let given: Vec<PathBuf> = args
+        .dirs
+        .iter()
+        .filter(|d| !d.as_os_str().is_empty())
+        .cloned()
+        .collect();
+    let dirs = if given.is_empty() {
+        match crate::cli::multiproc_dir_from_env() {
+            Some(dir) => vec![dir],
+            None => {
+                return invalid(
+                    "No metrics directory: pass --dir DIR or set PROMETHEUS_MULTIPROC_DIR.",
+                )
+            }
+        }
+    } else {
+        given
+    };
+    let dirs: Vec<PathBuf> = dirs.iter().map(|d| absolute(d)).collect();
+    if let Err(e) = validate_telemetry_path(&args.telemetry_path) {
+        return invalid(e);
+    }
+    let config_path = args.config.as_deref().map(absolute);
+    let (config, config_bytes) = match &config_path {
+        None => (Config::default(), None),
+        Some(path) => match std::fs::read(path) {
+            Err(e) => {
+                return invalid(format!(
+                    "Cannot read the configuration file {}: {e}",
+                    path.display()
+                ))
+            }
+            Ok(bytes) => match Config::from_bytes(&bytes) {
+                Ok(c) => (c, Some(bytes)),
+                Err(e) => {
+                    return invalid(format!(
+                        "Invalid configuration file {}: {e}",
+                        path.display()
+                    ))
+                }
+            },
+        },
+    };
+    let listeners = match listen::bind_all(&args.listen_addresses).await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!("{e}");
+            return ExitCode::from(1);
+        }
+    };
+    let state = AppState::new(Settings {
+        dirs: dirs.clone(),
+        telemetry_path: args.telemetry_path.clone(),
+        exporter_metrics: !args.disable_exporter_metrics,
+        config_path: config_path.clone(),
+        config,
+    });
+    if let Some(bytes) = config_bytes {
+        state.0.remember_config_bytes(bytes);
+    }
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        dirs = ?dirs,
+        config = ?config_path,
+        telemetry_path = %args.telemetry_path,
+        "Starting multiproc-exporter."
+    );
+
+    let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+    let watcher = tokio::spawn(watch::run(state.0.clone(), shutdown_rx.clone()));
+    let router = app(state);
+    let mut servers = Vec::new();
+    for listener in listeners {
+        if let Ok(address) = listener.local_addr() {
+            tracing::info!(address = %address, "Listening.");
+        }
+        let mut rx = shutdown_rx.clone();
+        let router = router.clone();
+        servers.push(tokio::spawn(async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(async move {
+                    let _ = rx.wait_for(|stop| *stop).await;
+                })
+                .await
+        }));
+    }
+    shutdown_signal().await;
+    tracing::info!("Shutting down: finishing in-flight requests.");
+    let _ = shutdown_tx.send(true);
+    let mut code = ExitCode::SUCCESS;
+    for server in servers {
+        match server.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "Server error.");
+                code = ExitCode::from(1);
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "Server task failed.");
+                code = ExitCode::from(1);
+            }
+        }
+    }
+    let _ = watcher.await;
+    tracing::info!("Stopped.");
+    code
+}
+
+fn absolute(path: &std::path::Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+fn validate_telemetry_path(path: &str) -> Result<(), String> {
+    if !path.starts_with('/') {
+        return Err(format!(
+            "--web.telemetry-path must start with '/', got {path:?}."
+        ));
+    }
+    if path == "/-/healthy" || path == "/-/ready" {
+        return Err(format!(
+            "--web.telemetry-path {path:?} is taken by the health endpoints."
+        ));
+    }
+    if path
+        .parse::<Uri>()
+        .map(|u| u.path() != path)
+        .unwrap_or(true)
+    {
+        return Err(format!(
+            "--web.telemetry-path {path:?} is not a valid URL path (no query, fragment or spaces)."
+        ));
+    }
+    Ok(())
+}
+
+/// Completes on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "Cannot listen for SIGTERM.");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received."),
+        _ = terminate => tracing::info!("SIGTERM received."),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::Request;
+    use tower::ServiceExt;
+
+    fn state(dir: PathBuf, exporter_metrics: bool) -> AppState {
+        AppState::new(Settings {
+            dirs: vec![dir],
+            telemetry_path: "/metrics".into(),
+            exporter_metrics,
+            config_path: None,
+            config: Config::default(),
+        })
+    }
+
+    async fn get_response(app: Router, uri: &str) -> (StatusCode, HeaderMap, Vec<u8>) {
+        let response = app
+            .oneshot(Request::get(uri).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (status, headers, body.to_vec())
+    }
+
+    #[tokio::test]
+    async fn routes() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing");
+        let app = app(state(missing.clone(), false));
+        let (status, _, body) = get_response(app.clone(), "/-/healthy").await;
+        assert_eq!((status, &body[..]), (StatusCode::OK, &b"Healthy.\n"[..]));
+        let (status, _, _) = get_response(app.clone(), "/-/ready").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        std::fs::create_dir(&missing).unwrap();
+        let (status, _, _) = get_response(app.clone(), "/-/ready").await;
+        assert_eq!(status, StatusCode::OK);
+        let (status, headers, body) = get_response(app.clone(), "/").await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(headers[header::CONTENT_TYPE], "text/html; charset=UTF-8");
+        assert!(String::from_utf8(body)
+            .unwrap()
+            .contains("<a href=\"/metrics\">"));
+        let (status, headers, body) = get_response(app.clone(), "/metrics").await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            headers[header::CONTENT_TYPE],
+            "text/plain; version=0.0.4; charset=utf-8"
+        );
+        assert!(body.is_empty());
+        let (status, _, _) = get_response(app.clone(), "/metrics/").await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        let response = app
+            .oneshot(Request::post("/metrics").body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+    }
+
+    #[tokio::test]
+    async fn self_metrics_follow_the_format() {
+        let dir = tempfile::tempdir().unwrap();
+        let app = app(state(dir.path().to_path_buf(), true));
+        let (_, _, body) = get_response(app.clone(), "/metrics").await;
+        let text = String::from_utf8(body).unwrap();
+        assert!(
+            text.starts_with("# HELP multiproc_exporter_build_info "),
+            "{text}"
+        );
+        assert!(!text.contains("# EOF"));
+        assert!(text.contains("# TYPE process_cpu_seconds_total counter\n"));
+        let response = app
+            .clone()
+            .oneshot(
+                Request::get("/metrics?name[]=multiproc_exporter_scrape_files_read")
+                    .header(header::ACCEPT, "application/openmetrics-text")
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        assert_eq!(
+            std::str::from_utf8(&body).unwrap(),
+            "# HELP multiproc_exporter_scrape_files_read Metric files merged by the last scrape.\n\
+             # TYPE multiproc_exporter_scrape_files_read gauge\n\
+             multiproc_exporter_scrape_files_read 0.0\n# EOF\n"
+        );
+    }
+
+    #[test]
+    fn telemetry_path_validation() {
+        assert!(validate_telemetry_path("/metrics").is_ok());
+        assert!(validate_telemetry_path("/").is_ok());
+        assert!(validate_telemetry_path("metrics").is_err());
+        assert!(validate_telemetry_path("/-/ready").is_err());
+        assert!(validate_telemetry_path("/m?x=1").is_err());
+        assert!(validate_telemetry_path("/m x").is_err());
+    }
+
+    #[test]
+    fn gzip_is_deterministic_and_round_trips() {
+        use std::io::Read as _;
+        let data = b"# HELP a b\n".repeat(100);
+        let a = gzip_bytes(&data).unwrap();
+        assert_eq!(a, gzip_bytes(&data).unwrap());
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(&a[..])
+            .read_to_end(&mut out)
+            .unwrap();
+        assert_eq!(out, data);
+    }
+}

@@ -1,0 +1,297 @@
+//! Watching the metric directories and the configuration file with `notify`.
+//!
+//! Values are written through `mmap`, which produces no inotify events, so
+//! every scrape reads the files anyway; the watcher does not drive freshness.
+//! It is used for what events can tell:
+//!
+//! * logging directories appearing and disappearing, and files being added
+//!   and removed (per file at `debug`, a summary at `info`);
+//! * keeping the watches right: a directory that does not exist yet is
+//!   waited for by watching its nearest existing ancestor, and a directory
+//!   that is deleted and recreated (a new inode) is watched again;
+//! * reloading the configuration file when it changes (its directory is
+//!   watched, so editors that replace the file and Kubernetes ConfigMap
+//!   symlink swaps are seen), after a short quiet period.
+//!
+//! A queue overflow (`Flag::Rescan`) or a watcher error forces a full rescan
+//! of the directories; a periodic rescan every [`RESCAN_INTERVAL`] covers
+//! filesystems that deliver no events (NFS, some overlay setups) and a
+//! watcher that could not be created at all (inotify limits).
+
+use std::collections::{BTreeSet, HashMap};
+use std::ffi::OsString;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use notify::event::{AccessKind, AccessMode, ModifyKind};
+use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
+use tokio::sync::{mpsc, watch};
+use tokio::time::{interval, sleep_until, Instant, MissedTickBehavior};
+
+use crate::file_name::is_listed_name;
+
+use super::{ReloadTrigger, Shared};
+
+/// How often the directories are rescanned without any event.
+pub(crate) const RESCAN_INTERVAL: Duration = Duration::from_secs(10);
+
+/// How long the configuration file must be quiet before it is reloaded.
+const CONFIG_SETTLE: Duration = Duration::from_millis(200);
+
+/// What the watcher knows about one configured directory.
+#[derive(Debug, Default)]
+struct DirState {
+    exists: Option<bool>,
+    files: BTreeSet<OsString>,
+}
+
+/// The watcher and its watched paths (with the identity each had when watched).
+struct Watches {
+    watcher: Option<RecommendedWatcher>,
+    watched: HashMap<PathBuf, (u64, u64)>,
+}
+
+impl Watches {
+    /// Makes the watched set exactly `desired`, re-watching paths whose inode changed.
+    fn sync(&mut self, desired: &BTreeSet<PathBuf>) {
+        let Some(watcher) = self.watcher.as_mut() else {
+            return;
+        };
+        self.watched.retain(|path, identity| {
+            let current = identity_of(path);
+            let keep = desired.contains(path) && current == Some(*identity);
+            if !keep {
+                // Fails harmlessly when the kernel already dropped the watch.
+                let _ = watcher.unwatch(path);
+            }
+            keep
+        });
+        for path in desired {
+            if self.watched.contains_key(path) {
+                continue;
+            }
+            let Some(identity) = identity_of(path) else {
+                continue;
+            };
+            match watcher.watch(path, RecursiveMode::NonRecursive) {
+                Ok(()) => {
+                    tracing::debug!(path = %path.display(), "Watching.");
+                    self.watched.insert(path.clone(), identity);
+                }
+                Err(e) => tracing::warn!(
+                    path = %path.display(),
+                    error = %e,
+                    "Cannot watch; changes will be noticed by periodic rescans only."
+                ),
+            }
+        }
+    }
+}
+
+fn identity_of(path: &Path) -> Option<(u64, u64)> {
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// The nearest existing ancestor of `path` (or `path` itself).
+fn nearest_existing(path: &Path) -> Option<PathBuf> {
+    path.ancestors()
+        .find(|p| !p.as_os_str().is_empty() && p.is_dir())
+        .map(Path::to_path_buf)
+}
+
+/// Runs until `shutdown` turns true.
+pub(crate) async fn run(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
+    let (tx, mut rx) = mpsc::unbounded_channel::<notify::Result<Event>>();
+    let watcher = match notify::recommended_watcher(move |event| {
+        let _ = tx.send(event);
+    }) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            tracing::warn!(
+                error = %e,
+                "Cannot create a file watcher; relying on periodic rescans."
+            );
+            None
+        }
+    };
+    let mut watches = Watches {
+        watcher,
+        watched: HashMap::new(),
+    };
+    let config_dir = shared
+        .config_path
+        .as_ref()
+        .map(|p| p.parent().unwrap_or(Path::new(".")).to_path_buf());
+    let mut dirs: Vec<DirState> = shared.dirs.iter().map(|_| DirState::default()).collect();
+    rescan(&shared, &mut dirs, &mut watches, config_dir.as_deref());
+
+    let mut hangup = hangup_signal();
+    let mut ticker = interval(RESCAN_INTERVAL);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    ticker.tick().await; // the first tick is immediate
+    let mut config_due: Option<Instant> = None;
+
+    loop {
+        let mut dirty = false;
+        tokio::select! {
+            _ = shutdown.changed() => break,
+            event = rx.recv() => {
+                let Some(event) = event else { break };
+                let mut batch = vec![event];
+                while batch.len() < 4096 {
+                    match rx.try_recv() {
+                        Ok(e) => batch.push(e),
+                        Err(_) => break,
+                    }
+                }
+                for event in batch {
+                    let (d, c) = classify(&shared, config_dir.as_deref(), event);
+                    dirty |= d;
+                    if c {
+                        config_due = Some(Instant::now() + CONFIG_SETTLE);
+                    }
+                }
+            }
+            _ = ticker.tick() => dirty = true,
+            _ = sleep_until(config_due.unwrap_or_else(Instant::now)), if config_due.is_some() => {
+                config_due = None;
+                let shared = shared.clone();
+                let _ = tokio::task::spawn_blocking(move || shared.reload_config(ReloadTrigger::FileChanged)).await;
+            }
+            Some(()) = recv_hangup(&mut hangup) => {
+                tracing::info!("SIGHUP received; reloading the configuration.");
+                let shared = shared.clone();
+                let _ = tokio::task::spawn_blocking(move || shared.reload_config(ReloadTrigger::Signal)).await;
+            }
+        }
+        if dirty {
+            rescan(&shared, &mut dirs, &mut watches, config_dir.as_deref());
+        }
+    }
+}
+
+/// What an event means: (directories may have changed, configuration may have changed).
+fn classify(
+    shared: &Shared,
+    config_dir: Option<&Path>,
+    event: notify::Result<Event>,
+) -> (bool, bool) {
+    let event = match event {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::warn!(error = %e, "File watcher error; rescanning.");
+            shared.self_metrics.observe_rescan();
+            return (true, true);
+        }
+    };
+    if event.need_rescan() {
+        tracing::info!("File watcher queue overflowed; rescanning.");
+        shared.self_metrics.observe_rescan();
+        return (true, true);
+    }
+    let structural = matches!(
+        event.kind,
+        EventKind::Create(_)
+            | EventKind::Remove(_)
+            | EventKind::Modify(ModifyKind::Name(_))
+            | EventKind::Any
+            | EventKind::Other
+    );
+    let content = structural
+        || matches!(
+            event.kind,
+            EventKind::Modify(_) | EventKind::Access(AccessKind::Close(AccessMode::Write))
+        );
+    let in_config_dir = |p: &PathBuf| config_dir.is_some_and(|d| p.parent() == Some(d));
+    let config = content && event.paths.iter().any(in_config_dir);
+    // Opens and closes (including our own reads) say nothing about the set of files.
+    (structural, config)
+}
+
+/// Lists every directory, logs what changed, and fixes the watches.
+fn rescan(
+    shared: &Shared,
+    dirs: &mut [DirState],
+    watches: &mut Watches,
+    config_dir: Option<&Path>,
+) {
+    let mut desired = BTreeSet::new();
+    for (path, state) in shared.dirs.iter().zip(dirs.iter_mut()) {
+        let exists = path.is_dir();
+        match (state.exists, exists) {
+            (None, true) => tracing::info!(path = %path.display(), "Watching metrics directory."),
+            (None, false) => tracing::info!(
+                path = %path.display(),
+                "Metrics directory does not exist yet; waiting for it (not ready until one exists)."
+            ),
+            (Some(false), true) => {
+                tracing::info!(path = %path.display(), "Metrics directory appeared.")
+            }
+            (Some(true), false) => {
+                tracing::warn!(path = %path.display(), "Metrics directory disappeared.")
+            }
+            _ => {}
+        }
+        state.exists = Some(exists);
+        let files = if exists { list(path) } else { BTreeSet::new() };
+        let added: Vec<&OsString> = files.difference(&state.files).collect();
+        let removed: Vec<&OsString> = state.files.difference(&files).collect();
+        for f in &added {
+            tracing::debug!(dir = %path.display(), file = %f.to_string_lossy(), "Metric file added.");
+        }
+        for f in &removed {
+            tracing::debug!(dir = %path.display(), file = %f.to_string_lossy(), "Metric file removed.");
+        }
+        if !added.is_empty() || !removed.is_empty() {
+            tracing::info!(
+                dir = %path.display(),
+                added = added.len(),
+                removed = removed.len(),
+                files = files.len(),
+                "Metric files changed."
+            );
+        }
+        state.files = files;
+        if exists {
+            desired.insert(path.clone());
+        } else if let Some(ancestor) = path.parent().and_then(nearest_existing) {
+            desired.insert(ancestor);
+        }
+    }
+    if let Some(dir) = config_dir.and_then(nearest_existing) {
+        desired.insert(dir);
+    }
+    watches.sync(&desired);
+}
+
+/// The `*.db` names in a directory (what a scrape would read).
+fn list(dir: &Path) -> BTreeSet<OsString> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.file_name())
+                .filter(|n| n.to_str().is_some_and(is_listed_name))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn hangup_signal() -> Option<tokio::signal::unix::Signal> {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(error = %e, "Cannot listen for SIGHUP.");
+            None
+        }
+    }
+}
+
+async fn recv_hangup(signal: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
+    match signal {
+        Some(s) => s.recv().await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,147 @@
+//! Helpers shared by the integration tests that compare the exporter with Python's prometheus_client:
+//! locating the Python venv (see `scripts/setup-python-venv`), the exporter binary, the repository root,
+//! and a readable line diff for byte-exact comparisons.
+#![allow(dead_code)]
+
+use std::env;
+use std::path::PathBuf;
+
+/// The repository root (where `Cargo.toml` is).
+pub(crate) fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The Python interpreter with the pinned prometheus_client: `$MPE_PYTHON`, else `target/venv/bin/python`
+/// if it exists.
+pub(crate) fn python() -> Option<PathBuf> {
+    if let Some(p) = env::var_os("MPE_PYTHON").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    let venv = repo_root()
+        .join("target")
+        .join("venv")
+        .join("bin")
+        .join("python");
+    venv.exists().then_some(venv)
+}
+
+/// Like [`python`], but panics when there is none and `CI=true`; otherwise prints a skip notice.
+pub(crate) fn require_python() -> Option<PathBuf> {
+    match python() {
+        Some(p) => Some(p),
+        None if env::var("CI").as_deref() == Ok("true") => {
+            panic!("no Python venv in CI: run scripts/setup-python-venv (or set MPE_PYTHON)")
+        }
+        None => {
+            eprintln!("skipping: no Python venv (run scripts/test)");
+            None
+        }
+    }
+}
+
+/// The exporter binary built by cargo for this test run.
+pub(crate) fn exporter_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_multiproc-exporter"))
+}
+
+/// A script under `tests/python/`.
+pub(crate) fn python_script(name: &str) -> PathBuf {
+    repo_root().join("tests").join("python").join(name)
+}
+
+/// Shows bytes as text with invisible characters made visible (one line of output per input line).
+fn show_line(line: &[u8]) -> String {
+    let s = String::from_utf8_lossy(line);
+    let mut out = String::new();
+    for c in s.chars() {
+        match c {
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn split_lines(b: &[u8]) -> Vec<&[u8]> {
+    // Keep the information whether the last line had a newline: a missing final newline is a difference.
+    b.split_inclusive(|&c| c == b'\n').collect()
+}
+
+/// A unified-style line diff of `expected` vs `actual` (LCS based; falls back to the first differing
+/// line for very long inputs). Lines without a trailing newline are marked `\ no newline`.
+pub(crate) fn diff(expected: &[u8], actual: &[u8]) -> String {
+    let a = split_lines(expected);
+    let b = split_lines(actual);
+    let fmt = |tag: char, l: &[u8]| {
+        let (body, nl) = match l.strip_suffix(b"\n") {
+            Some(body) => (body, ""),
+            None => (l, "  \\ no newline"),
+        };
+        format!("{tag}{}{nl}\n", show_line(body))
+    };
+    let mut out = format!(
+        "--- expected ({} bytes)\n+++ actual ({} bytes)\n",
+        expected.len(),
+        actual.len()
+    );
+    if a.len() * b.len() > 4_000_000 {
+        let i = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+        out.push_str(&format!("@@ first difference at line {} @@\n", i + 1));
+        for l in a.iter().skip(i).take(5) {
+            out.push_str(&fmt('-', l));
+        }
+        for l in b.iter().skip(i).take(5) {
+            out.push_str(&fmt('+', l));
+        }
+        return out;
+    }
+    // LCS table.
+    let (n, m) = (a.len(), b.len());
+    let mut t = vec![vec![0u32; m + 1]; n + 1];
+    for i in (0..n).rev() {
+        for j in (0..m).rev() {
+            t[i][j] = if a[i] == b[j] {
+                t[i + 1][j + 1] + 1
+            } else {
+                t[i + 1][j].max(t[i][j + 1])
+            };
+        }
+    }
+    // Walk it, keeping 2 lines of context around changes.
+    let mut ops: Vec<(char, &[u8])> = Vec::new();
+    let (mut i, mut j) = (0, 0);
+    while i < n || j < m {
+        if i < n && j < m && a[i] == b[j] {
+            ops.push((' ', a[i]));
+            i += 1;
+            j += 1;
+        } else if j < m && (i == n || t[i][j + 1] >= t[i + 1][j]) {
+            ops.push(('+', b[j]));
+            j += 1;
+        } else {
+            ops.push(('-', a[i]));
+            i += 1;
+        }
+    }
+    let changed: Vec<bool> = ops.iter().map(|(t, _)| *t != ' ').collect();
+    let near = |k: usize| {
+        let lo = k.saturating_sub(2);
+        let hi = (k + 3).min(ops.len());
+        changed[lo..hi].iter().any(|&c| c)
+    };
+    let mut skipped = false;
+    for (k, (tag, l)) in ops.iter().enumerate() {
+        if near(k) {
+            if skipped {
+                out.push_str("@@ ... @@\n");
+                skipped = false;
+            }
+            out.push_str(&fmt(*tag, l));
+        } else {
+            skipped = true;
+        }
+    }
+    out
+}
