@@ -43,6 +43,35 @@ pub enum Command {
     Serve(ServeArgs),
     /// Print the merged exposition of metric files to standard output.
     Dump(DumpArgs),
+    /// Write a live, vLLM-like metrics directory and serve it (a quick start).
+    Demo(DemoArgs),
+}
+
+/// Arguments of `demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Where to write the simulated processes' files (default: a new directory
+    /// under the system temporary directory, removed on exit).
+    #[arg(long = "demo.dir", value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Simulated vLLM API-server processes.
+    #[arg(long = "demo.api-servers", default_value_t = 2)]
+    pub api_servers: usize,
+    /// Simulated worker processes (they write the `lmcache:` metrics).
+    #[arg(long = "demo.workers", default_value_t = 2)]
+    pub workers: usize,
+    /// Milliseconds between simulation steps.
+    #[arg(long = "demo.tick-ms", default_value_t = 1000)]
+    pub tick_ms: u64,
+    /// Seed of the simulation (the same seed gives the same values).
+    #[arg(long = "demo.seed", default_value_t = 0)]
+    pub seed: u64,
+    /// Address to listen on (see `serve --help`).
+    #[arg(long = "web.listen-address", value_name = "ADDRESS", default_value = server::DEFAULT_LISTEN_ADDRESS)]
+    pub listen_addresses: Vec<String>,
+    /// YAML configuration file (see `serve --help`).
+    #[arg(long = "config", value_name = "FILE")]
+    pub config: Option<PathBuf>,
 }
 
 /// Exposition format for `dump`.
@@ -89,6 +118,7 @@ pub fn main() -> ExitCode {
     match cli.command {
         Some(Command::Dump(args)) => dump(args),
         Some(Command::Serve(args)) => server::run(args),
+        Some(Command::Demo(args)) => demo(args),
         None => server::run(cli.serve),
     }
 }
@@ -100,6 +130,51 @@ pub fn multiproc_dir_from_env() -> Option<PathBuf> {
         .iter()
         .find_map(|name| std::env::var_os(name).filter(|v| !v.is_empty()))
         .map(PathBuf::from)
+}
+
+fn demo(args: DemoArgs) -> ExitCode {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    let (dir, temporary) = match args.dir {
+        Some(dir) => (dir, false),
+        None => (
+            std::env::temp_dir().join(format!("multiproc-exporter-demo-{}", std::process::id())),
+            true,
+        ),
+    };
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        eprintln!("multiproc-exporter: cannot create {}: {e}", dir.display());
+        return ExitCode::from(1);
+    }
+    eprintln!(
+        "multiproc-exporter: demo writing vLLM-like metrics to {}",
+        dir.display()
+    );
+    let mut config = crate::demo::DemoConfig::new(&dir);
+    config.api_servers = args.api_servers;
+    config.workers = args.workers;
+    config.tick = std::time::Duration::from_millis(args.tick_ms.max(1));
+    config.seed = args.seed;
+    let stop = Arc::new(AtomicBool::new(false));
+    let simulation = {
+        let stop = stop.clone();
+        std::thread::spawn(move || crate::demo::run_demo(config, &stop))
+    };
+    let mut serve = server::ServeArgs::for_dirs(vec![dir.clone()]);
+    serve.listen_addresses = args.listen_addresses;
+    serve.config = args.config;
+    let code = server::run(serve);
+    stop.store(true, Ordering::Relaxed);
+    match simulation.join() {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => eprintln!("multiproc-exporter: the demo simulation failed: {e}"),
+        Err(_) => eprintln!("multiproc-exporter: the demo simulation panicked"),
+    }
+    if temporary {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    code
 }
 
 fn dump(args: DumpArgs) -> ExitCode {

@@ -313,11 +313,14 @@ mod tests {
     use super::*;
     use crate::model::Labels;
 
+    /// Sample name, labels and value.
+    type TestSample<'a> = (&'a str, &'a [(&'a str, &'a str)], f64);
+
     fn family(
         name: &str,
         help: &str,
         metric_type: MetricType,
-        samples: &[(&str, &[(&str, &str)], f64)],
+        samples: &[TestSample<'_>],
     ) -> MetricFamily {
         MetricFamily {
             name: name.into(),

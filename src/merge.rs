@@ -759,7 +759,11 @@ pub fn python_float(text: &str) -> Option<f64> {
     let mut ascii = String::with_capacity(text.len());
     for c in text.chars() {
         if c.is_ascii() {
-            ascii.push(if ('\u{1c}'..='\u{1f}').contains(&c) { ' ' } else { c });
+            ascii.push(if ('\u{1c}'..='\u{1f}').contains(&c) {
+                ' '
+            } else {
+                c
+            });
         } else if c.is_whitespace() {
             ascii.push(' ');
         } else {

@@ -58,6 +58,18 @@ impl Negotiated {
     }
 }
 
+/// The Accept header without its `application/openmetrics-text` clauses (for
+/// `--web.disable-openmetrics`).
+pub fn without_openmetrics(accept: Option<&str>) -> Option<String> {
+    let kept: Vec<&str> = accept?
+        .split(',')
+        .filter(|clause| {
+            clause.split(';').next().map(str::trim) != Some("application/openmetrics-text")
+        })
+        .collect();
+    Some(kept.join(","))
+}
+
 /// Chooses the encoder for an `Accept` header (`None` when absent; several
 /// headers are joined with `,` first, as Python's ASGI app does).
 pub fn choose_encoder(accept: Option<&str>) -> Negotiated {
@@ -247,6 +259,21 @@ fn hex(b: u8) -> Option<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn without_openmetrics_keeps_the_text_clauses() {
+        let prometheus_2 = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        let kept = without_openmetrics(Some(prometheus_2));
+        assert_eq!(
+            kept.as_deref(),
+            Some("text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+        );
+        assert_eq!(
+            choose_encoder(kept.as_deref()).content_type,
+            CONTENT_TYPE_TEXT_0_0_4
+        );
+        assert_eq!(without_openmetrics(None), None);
+    }
 
     fn ct(accept: &str) -> String {
         choose_encoder(Some(accept)).content_type

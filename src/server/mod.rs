@@ -38,7 +38,7 @@ use flate2::write::GzEncoder;
 use flate2::Compression;
 
 use crate::config::{Config, ConfigError};
-use crate::negotiate::{choose_encoder, gzip_accepted, name_params};
+use crate::negotiate::{choose_encoder, gzip_accepted, name_params, without_openmetrics};
 
 pub use listen::DEFAULT_LISTEN_ADDRESS;
 
@@ -98,6 +98,18 @@ pub struct ServeArgs {
     )]
     pub disable_exporter_metrics: bool,
 
+    /// Never answer in the OpenMetrics format, even when the scraper prefers
+    /// it: negotiate among the Prometheus text formats only (like
+    /// client_golang's `EnableOpenMetrics: false`). An escape hatch for
+    /// scrapers whose OpenMetrics parser disagrees with the output.
+    #[arg(
+        long = "web.disable-openmetrics",
+        env = "MULTIPROC_EXPORTER_WEB_DISABLE_OPENMETRICS",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub disable_openmetrics: bool,
+
     /// Metrics directory written by prometheus_client in multiprocess mode.
     /// Repeat to merge several (files are merged in the order given, then in
     /// directory order). Defaults to `$PROMETHEUS_MULTIPROC_DIR` (or its old
@@ -147,6 +159,7 @@ impl ServeArgs {
             listen_addresses: vec![DEFAULT_LISTEN_ADDRESS.to_owned()],
             telemetry_path: "/metrics".to_owned(),
             disable_exporter_metrics: false,
+            disable_openmetrics: false,
             dirs,
             config: None,
             log_format: LogFormat::Text,
@@ -177,6 +190,7 @@ pub(crate) struct Shared {
     dirs: Vec<PathBuf>,
     telemetry_path: String,
     exporter_metrics: bool,
+    openmetrics: bool,
     config_path: Option<PathBuf>,
     config: RwLock<Arc<Config>>,
     config_seen: Mutex<Option<Seen>>,
@@ -197,6 +211,8 @@ pub struct Settings {
     pub telemetry_path: String,
     /// Whether to append the exporter's own metrics.
     pub exporter_metrics: bool,
+    /// Whether OpenMetrics may be negotiated.
+    pub openmetrics: bool,
     /// The configuration file, if any (for reloads).
     pub config_path: Option<PathBuf>,
     /// The configuration in force at start.
@@ -213,6 +229,7 @@ impl AppState {
             dirs: settings.dirs,
             telemetry_path: settings.telemetry_path,
             exporter_metrics: settings.exporter_metrics,
+            openmetrics: settings.openmetrics,
             config_seen: Mutex::new(None),
             config_path: settings.config_path,
             config: RwLock::new(Arc::new(settings.config)),
@@ -355,7 +372,12 @@ fn joined(headers: &HeaderMap, name: header::HeaderName) -> Option<String> {
 }
 
 async fn metrics(state: AppState, headers: &HeaderMap, query: Option<&str>) -> Response {
-    let negotiated = choose_encoder(joined(headers, header::ACCEPT).as_deref());
+    let accept = joined(headers, header::ACCEPT);
+    let negotiated = if state.0.openmetrics {
+        choose_encoder(accept.as_deref())
+    } else {
+        choose_encoder(without_openmetrics(accept.as_deref()).as_deref())
+    };
     let gzip = gzip_accepted(joined(headers, header::ACCEPT_ENCODING).as_deref());
     let request = scrape::Request {
         format: negotiated.format,
@@ -519,6 +541,7 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
         dirs: dirs.clone(),
         telemetry_path: args.telemetry_path.clone(),
         exporter_metrics: !args.disable_exporter_metrics,
+        openmetrics: !args.disable_openmetrics,
         config_path: config_path.clone(),
         config,
     });
@@ -630,6 +653,7 @@ mod tests {
             dirs: vec![dir],
             telemetry_path: "/metrics".into(),
             exporter_metrics,
+            openmetrics: true,
             config_path: None,
             config: Config::default(),
         })

@@ -105,13 +105,7 @@ impl Scraper {
         }
         let mut families = transformed.families;
         if let Some(m) = self_metrics {
-            m.observe_scrape(
-                &stats,
-                &problems,
-                families.len(),
-                start.elapsed(),
-                panicked,
-            );
+            m.observe_scrape(&stats, &problems, families.len(), start.elapsed(), panicked);
             let (own, clashes) = self_metrics::without_clashes(m.families(), &families);
             for name in clashes {
                 if state.logged_collisions.insert((name.clone(), name.clone())) {

@@ -11,7 +11,8 @@
 //!   that is deleted and recreated (a new inode) is watched again;
 //! * reloading the configuration file when it changes (its directory is
 //!   watched, so editors that replace the file and Kubernetes ConfigMap
-//!   symlink swaps are seen), after a short quiet period.
+//!   symlink swaps are seen), after a short quiet period; the file is also
+//!   compared with what was last loaded at every periodic rescan.
 //!
 //! A queue overflow (`Flag::Rescan`) or a watcher error forces a full rescan
 //! of the directories; a periodic rescan every [`RESCAN_INTERVAL`] covers
@@ -154,7 +155,13 @@ pub(crate) async fn run(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>
                     }
                 }
             }
-            _ = ticker.tick() => dirty = true,
+            _ = ticker.tick() => {
+                dirty = true;
+                // Also catch configuration changes on filesystems without events.
+                if config_due.is_none() && shared.config_path.is_some() {
+                    config_due = Some(Instant::now());
+                }
+            }
             _ = sleep_until(config_due.unwrap_or_else(Instant::now)), if config_due.is_some() => {
                 config_due = None;
                 let shared = shared.clone();

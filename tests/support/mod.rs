@@ -154,13 +154,14 @@ impl Exporter {
         self.child.id()
     }
 
-    /// Sends a signal (`HUP`, `TERM`, `INT`) with `kill(1)`.
+    /// Sends a signal (`HUP`, `TERM`, `INT`) with the shell's `kill` builtin
+    /// (no `kill` binary needed, no unsafe code).
     pub(crate) fn signal(&self, name: &str) {
-        let status = Command::new("kill")
-            .arg(format!("-{name}"))
-            .arg(self.pid().to_string())
+        let status = Command::new("sh")
+            .arg("-c")
+            .arg(format!("kill -{name} {}", self.pid()))
             .status()
-            .expect("run kill");
+            .expect("run sh -c kill");
         assert!(status.success(), "kill -{name} failed");
     }
 
