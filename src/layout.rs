@@ -191,20 +191,8 @@ fn read_f64(data: &[u8], at: usize) -> f64 {
 mod tests {
     use super::*;
 
-    /// Builds a file the way `MmapedDict` does.
-    fn file_with(keys: &[(&str, f64, f64)]) -> Vec<u8> {
-        let mut data = vec![0u8; HEADER_LEN];
-        for (key, value, ts) in keys {
-            data.extend_from_slice(&(key.len() as i32).to_ne_bytes());
-            data.extend_from_slice(key.as_bytes());
-            data.extend(std::iter::repeat_n(b' ', 8 - (key.len() + 4) % 8));
-            data.extend_from_slice(&value.to_ne_bytes());
-            data.extend_from_slice(&ts.to_ne_bytes());
-        }
-        let used = data.len() as i32;
-        data[..4].copy_from_slice(&used.to_ne_bytes());
-        data.resize(4096, 0);
-        data
+    fn file_with(records: &[(&str, f64, f64)]) -> Vec<u8> {
+        crate::writer::file_bytes(records)
     }
 
     #[test]

@@ -406,8 +406,26 @@ fn invalid_input(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, msg)
 }
 
+/// The bytes of a whole new file holding `records`, as prometheus_client
+/// leaves it: header with `used`, the records, zero bytes up to 64 KiB (or up
+/// to the next doubling). For tests and fixtures that need raw file images.
+pub fn file_bytes(records: &[(&str, f64, f64)]) -> Vec<u8> {
+    let mut data = vec![0u8; HEADER_SIZE as usize];
+    for (key, value, timestamp) in records {
+        data.extend_from_slice(&encode_record(key, *value, *timestamp));
+    }
+    let used = data.len() as i32;
+    data[..4].copy_from_slice(&used.to_ne_bytes());
+    let mut capacity = INITIAL_FILE_SIZE as usize;
+    while capacity < data.len() {
+        capacity *= 2;
+    }
+    data.resize(capacity, 0);
+    data
+}
+
 /// Builds a complete record: `i32 len | key | pad | value | timestamp`.
-fn encode_record(key: &str, value: f64, timestamp: f64) -> Vec<u8> {
+pub fn encode_record(key: &str, value: f64, timestamp: f64) -> Vec<u8> {
     let k = key.as_bytes();
     let pad = 8 - (k.len() + 4) % 8;
     let mut rec = Vec::with_capacity(4 + k.len() + pad + 16);

@@ -15,18 +15,7 @@ fn exporter() -> Command {
 
 /// Bytes of a `.db` file in prometheus_client's layout (64 KiB, like a fresh file).
 fn db_bytes(records: &[(&str, f64, f64)]) -> Vec<u8> {
-    let mut data = vec![0u8; 8];
-    for (key, value, timestamp) in records {
-        data.extend_from_slice(&(key.len() as i32).to_ne_bytes());
-        data.extend_from_slice(key.as_bytes());
-        data.resize(data.len() + 8 - (key.len() + 4) % 8, b' ');
-        data.extend_from_slice(&value.to_ne_bytes());
-        data.extend_from_slice(&timestamp.to_ne_bytes());
-    }
-    let used = data.len() as i32;
-    data[..4].copy_from_slice(&used.to_ne_bytes());
-    data.resize(65536, 0);
-    data
+    multiproc_exporter::writer::file_bytes(records)
 }
 
 struct Scenario {

@@ -8,20 +8,6 @@ mod common;
 
 use std::process::Command;
 
-fn random_seed() -> u64 {
-    use std::collections::hash_map::RandomState;
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos(),
-    );
-    h.write_u32(std::process::id());
-    h.finish() % 1_000_000_000
-}
-
 #[test]
 fn exporter_matches_python_on_random_scenarios() {
     let Some(python) = common::require_python() else {
@@ -29,7 +15,7 @@ fn exporter_matches_python_on_random_scenarios() {
     };
     let seed: u64 = match std::env::var("MPE_DIFF_SEED") {
         Ok(s) if !s.is_empty() => s.parse().expect("MPE_DIFF_SEED must be an integer"),
-        _ => random_seed(),
+        _ => common::random_seed(),
     };
     let count: u64 = match std::env::var("MPE_DIFF_COUNT") {
         Ok(s) if !s.is_empty() => s.parse().expect("MPE_DIFF_COUNT must be an integer"),

@@ -56,20 +56,6 @@ fn committed_table_matches_python() {
     report("float_cases.txt", total, &first, count);
 }
 
-fn random_seed() -> u64 {
-    use std::collections::hash_map::RandomState;
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos(),
-    );
-    h.write_u32(std::process::id());
-    h.finish() % 1_000_000_000
-}
-
 #[test]
 fn fresh_python_cases_match() {
     let Some(python) = common::require_python() else {
@@ -78,7 +64,7 @@ fn fresh_python_cases_match() {
     let seed: u64 = std::env::var("MPE_FLOAT_SEED")
         .ok()
         .map(|s| s.parse().expect("MPE_FLOAT_SEED"))
-        .unwrap_or_else(random_seed);
+        .unwrap_or_else(common::random_seed);
     let want: usize = std::env::var("MPE_FLOAT_COUNT")
         .ok()
         .map(|s| s.parse().expect("MPE_FLOAT_COUNT"))

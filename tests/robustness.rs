@@ -11,17 +11,11 @@ use multiproc_exporter::merge::merge_records;
 use proptest::prelude::*;
 
 fn file_bytes(records: &[(String, f64, f64)]) -> Vec<u8> {
-    let mut data = vec![0u8; HEADER_LEN];
-    for (key, value, ts) in records {
-        data.extend_from_slice(&(key.len() as i32).to_ne_bytes());
-        data.extend_from_slice(key.as_bytes());
-        data.resize(data.len() + 8 - (key.len() + 4) % 8, b' ');
-        data.extend_from_slice(&value.to_ne_bytes());
-        data.extend_from_slice(&ts.to_ne_bytes());
-    }
-    let used = data.len() as i32;
-    data[..4].copy_from_slice(&used.to_ne_bytes());
-    data
+    let records: Vec<(&str, f64, f64)> = records
+        .iter()
+        .map(|(k, v, t)| (k.as_str(), *v, *t))
+        .collect();
+    multiproc_exporter::writer::file_bytes(&records)
 }
 
 proptest! {

@@ -145,3 +145,18 @@ pub(crate) fn diff(expected: &[u8], actual: &[u8]) -> String {
     }
     out
 }
+
+/// A fresh seed for randomised tests (printed by the callers so a failure can be replayed).
+pub(crate) fn random_seed() -> u64 {
+    use std::collections::hash_map::RandomState;
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+    );
+    h.write_u32(std::process::id());
+    h.finish() % 1_000_000_000
+}

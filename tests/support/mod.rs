@@ -266,66 +266,24 @@ pub(crate) fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// Python's `json.dumps(s)` for a string (ensure_ascii).
-fn json_string(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 || (c as u32) > 0x7e => {
-                let mut buf = [0u16; 2];
-                for unit in c.encode_utf16(&mut buf) {
-                    out.push_str(&format!("\\u{unit:04x}"));
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
 /// A record key as prometheus_client's `mmap_key` writes it:
 /// `json.dumps([metric_name, name, labels, help], sort_keys=True)`.
 pub(crate) fn key(metric_name: &str, name: &str, labels: &[(&str, &str)], help: &str) -> String {
-    let mut sorted = labels.to_vec();
-    sorted.sort();
-    let labels: Vec<String> = sorted
-        .iter()
-        .map(|(k, v)| format!("{}: {}", json_string(k), json_string(v)))
-        .collect();
-    format!(
-        "[{}, {}, {{{}}}, {}]",
-        json_string(metric_name),
-        json_string(name),
-        labels.join(", "),
-        json_string(help)
-    )
+    multiproc_exporter::writer::encode_key(metric_name, name, labels, help)
 }
 
 /// A `.db` file in prometheus_client's layout (8-byte header with `used`,
 /// records of length, key, padding, value, timestamp), grown to 64 KiB like
 /// Python's files. Returns each record's value offset.
 pub(crate) fn write_db(path: &Path, records: &[(String, f64)]) -> Vec<u64> {
-    let mut data = vec![0u8; 8];
+    let image: Vec<(&str, f64, f64)> = records.iter().map(|(k, v)| (k.as_str(), *v, 0.0)).collect();
+    let data = multiproc_exporter::writer::file_bytes(&image);
     let mut offsets = Vec::new();
+    let mut end = 8u64;
     for (key, value) in records {
-        let key = key.as_bytes();
-        data.extend_from_slice(&(key.len() as i32).to_ne_bytes());
-        data.extend_from_slice(key);
-        let padding = 8 - (key.len() + 4) % 8;
-        data.extend(std::iter::repeat_n(b' ', padding));
-        offsets.push(data.len() as u64);
-        data.extend_from_slice(&value.to_ne_bytes());
-        data.extend_from_slice(&0f64.to_ne_bytes());
+        end += multiproc_exporter::writer::encode_record(key, *value, 0.0).len() as u64;
+        offsets.push(end - 16);
     }
-    let used = data.len() as i32;
-    data[..4].copy_from_slice(&used.to_ne_bytes());
-    data.resize(data.len().max(1 << 16), 0);
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, &data).unwrap();
     std::fs::rename(&tmp, path).unwrap();
