@@ -52,25 +52,49 @@ pub enum Command {
 pub struct DemoArgs {
     /// Where to write the simulated processes' files (default: a new directory
     /// under the system temporary directory, removed on exit).
-    #[arg(long = "demo.dir", value_name = "DIR")]
+    #[arg(
+        long = "demo.dir",
+        env = "MULTIPROC_EXPORTER_DEMO_DIR",
+        value_name = "DIR"
+    )]
     pub dir: Option<PathBuf>,
     /// Simulated vLLM API-server processes.
-    #[arg(long = "demo.api-servers", default_value_t = 2)]
+    #[arg(
+        long = "demo.api-servers",
+        env = "MULTIPROC_EXPORTER_DEMO_API_SERVERS",
+        default_value_t = 2
+    )]
     pub api_servers: usize,
     /// Simulated worker processes (they write the `lmcache:` metrics).
-    #[arg(long = "demo.workers", default_value_t = 2)]
+    #[arg(
+        long = "demo.workers",
+        env = "MULTIPROC_EXPORTER_DEMO_WORKERS",
+        default_value_t = 2
+    )]
     pub workers: usize,
     /// Milliseconds between simulation steps.
-    #[arg(long = "demo.tick-ms", default_value_t = 1000)]
+    #[arg(
+        long = "demo.tick-ms",
+        env = "MULTIPROC_EXPORTER_DEMO_TICK_MS",
+        default_value_t = 1000
+    )]
     pub tick_ms: u64,
     /// Seed of the simulation (the same seed gives the same values).
-    #[arg(long = "demo.seed", default_value_t = 0)]
+    #[arg(
+        long = "demo.seed",
+        env = "MULTIPROC_EXPORTER_DEMO_SEED",
+        default_value_t = 0
+    )]
     pub seed: u64,
     /// Address to listen on (see `serve --help`).
-    #[arg(long = "web.listen-address", value_name = "ADDRESS", default_value = server::DEFAULT_LISTEN_ADDRESS)]
+    #[arg(long = "web.listen-address", env = "MULTIPROC_EXPORTER_WEB_LISTEN_ADDRESS", value_name = "ADDRESS", value_delimiter = ',', default_value = server::DEFAULT_LISTEN_ADDRESS)]
     pub listen_addresses: Vec<String>,
     /// YAML configuration file (see `serve --help`).
-    #[arg(long = "config", value_name = "FILE")]
+    #[arg(
+        long = "config",
+        env = "MULTIPROC_EXPORTER_CONFIG",
+        value_name = "FILE"
+    )]
     pub config: Option<PathBuf>,
 }
 
@@ -97,10 +121,20 @@ pub enum EscapingArg {
 #[derive(Debug, Args)]
 pub struct DumpArgs {
     /// Output format.
-    #[arg(long, value_enum, default_value = "text")]
+    #[arg(
+        long,
+        env = "MULTIPROC_EXPORTER_DUMP_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
     pub format: FormatArg,
     /// How metric and label names outside the legacy character set are written.
-    #[arg(long, value_enum, default_value = "underscores")]
+    #[arg(
+        long,
+        env = "MULTIPROC_EXPORTER_DUMP_ESCAPING",
+        value_enum,
+        default_value = "underscores"
+    )]
     pub escaping: EscapingArg,
     /// YAML configuration file to apply (filtering, naming, constant labels),
     /// as `serve --config` does.
