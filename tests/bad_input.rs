@@ -328,11 +328,14 @@ fn permission_denied() {
     }
     std::fs::set_permissions(s.dir.path(), std::fs::Permissions::from_mode(0o755))
         .expect("chmod dir");
+    // The build directory may not be reachable for nobody: run a copy from here.
+    let binary = s.path("multiproc-exporter");
+    std::fs::copy(env!("CARGO_BIN_EXE_multiproc-exporter"), &binary).expect("copy the binary");
     let good = s.good();
     let as_nobody = |paths: &[PathBuf]| {
         Command::new("setpriv")
             .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-            .arg(env!("CARGO_BIN_EXE_multiproc-exporter"))
+            .arg(&binary)
             .arg("dump")
             .args(paths)
             .output()
