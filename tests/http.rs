@@ -636,3 +636,50 @@ fn no_directory_is_a_usage_error() {
     assert_eq!(code, 2);
     assert!(stderr.contains("must start with '/'"), "{stderr}");
 }
+
+#[test]
+fn concurrent_scrapes_share_one_collection() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    // Enough files that a collection takes a while.
+    for pid in 0..1500 {
+        write_counter(dir, &pid.to_string(), 1.0);
+    }
+    let exporter = Exporter::start(&[
+        "--dir",
+        dir.to_str().unwrap(),
+        "--web.disable-exporter-metrics",
+    ]);
+    let expected = "vllm:prompt_tokens_total{model_name=\"m\"} 1500.0\n";
+    assert!(exporter.metrics().contains(expected));
+    let url = format!("{}/metrics", exporter.base);
+    let mut rounds = 0;
+    while exporter
+        .logs_with("Joined a collection in flight.")
+        .is_empty()
+    {
+        rounds += 1;
+        assert!(
+            rounds <= 10,
+            "8 simultaneous scrapes never shared a collection"
+        );
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(8));
+        let handles: Vec<_> = (0..8)
+            .map(|_| {
+                let (url, barrier) = (url.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    support::get(&url, &[])
+                })
+            })
+            .collect();
+        for handle in handles {
+            let reply = handle.join().unwrap();
+            assert_eq!(reply.status, 200);
+            assert!(
+                reply.text().contains(expected),
+                "every scrape gets the full result"
+            );
+        }
+    }
+}

@@ -2,9 +2,12 @@
 //! the self-metrics, restrict to `?name[]=`, encode. Blocking (file I/O); the
 //! HTTP handler runs it on tokio's blocking pool.
 //!
-//! A single [`Reader`] is shared by all scrapes behind a mutex, so every scrape
-//! reuses what earlier ones decoded, and concurrent scrapes are serialised
-//! (each still reads the current values).
+//! A single [`Reader`] is shared by all scrapes, so every scrape reuses what
+//! earlier ones decoded. Concurrent scrapes are coalesced (like client_golang's
+//! `CoalesceGather`): a scrape that arrives while a collection is in flight
+//! waits for it and shares its result instead of reading every file again, so
+//! several Prometheus replicas scraping at once cost one collection. Each
+//! request then restricts and encodes the shared families in its own format.
 //!
 //! Nothing here fails a scrape: a bad file is left out, logged once when it
 //! first turns bad (again only if its reason changes) and counted in the
@@ -14,7 +17,7 @@
 use std::collections::{HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 use crate::config::Config;
@@ -30,6 +33,17 @@ use super::self_metrics::{self, SelfMetrics};
 pub(crate) struct Scraper {
     inputs: Vec<Input>,
     state: Mutex<ScrapeState>,
+    in_flight: Mutex<InFlight>,
+    finished: Condvar,
+}
+
+/// The collection currently running, if any, and the last result.
+#[derive(Debug, Default)]
+struct InFlight {
+    running: bool,
+    /// Incremented each time a collection finishes.
+    generation: u64,
+    last: Arc<Vec<MetricFamily>>,
 }
 
 #[derive(Debug, Default)]
@@ -58,6 +72,8 @@ impl Scraper {
         Self {
             inputs: dirs.iter().cloned().map(Input::Directory).collect(),
             state: Mutex::new(ScrapeState::default()),
+            in_flight: Mutex::new(InFlight::default()),
+            finished: Condvar::new(),
         }
     }
 
@@ -74,6 +90,51 @@ impl Scraper {
         config: &Config,
         self_metrics: Option<&SelfMetrics>,
     ) -> Vec<u8> {
+        let families = self.coalesced(|| self.collect(config, self_metrics));
+        match &request.names {
+            Some(names) => encode(
+                &transform::restrict(&families, names),
+                request.format,
+                request.escaping,
+            ),
+            None => encode(&families, request.format, request.escaping),
+        }
+    }
+
+    /// Runs `collect`, unless a collection is already in flight: then waits
+    /// for it and returns its result.
+    fn coalesced(&self, collect: impl FnOnce() -> Vec<MetricFamily>) -> Arc<Vec<MetricFamily>> {
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        if in_flight.running {
+            let joined = in_flight.generation;
+            while in_flight.generation == joined {
+                in_flight = self
+                    .finished
+                    .wait(in_flight)
+                    .unwrap_or_else(|e| e.into_inner());
+            }
+            tracing::debug!("Joined a collection in flight.");
+            return in_flight.last.clone();
+        }
+        in_flight.running = true;
+        drop(in_flight);
+        // Never leave `running` set: a panic (a bug) yields an empty result.
+        let result = Arc::new(catch_unwind(AssertUnwindSafe(collect)).unwrap_or_else(|_| {
+            tracing::error!("A collection panicked (a bug); serving nothing this time.");
+            Vec::new()
+        }));
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        in_flight.running = false;
+        in_flight.generation += 1;
+        in_flight.last = result.clone();
+        drop(in_flight);
+        self.finished.notify_all();
+        result
+    }
+
+    /// Reads and merges the directories, applies the configuration and adds
+    /// the self-metrics.
+    fn collect(&self, config: &Config, self_metrics: Option<&SelfMetrics>) -> Vec<MetricFamily> {
         let mut state = self.lock();
         let start = Instant::now();
         let collected = catch_unwind(AssertUnwindSafe(|| state.reader.collect(&self.inputs)));
@@ -117,12 +178,7 @@ impl Scraper {
             }
             families.extend(own);
         }
-        drop(state);
-        let families: Vec<MetricFamily> = match &request.names {
-            Some(names) => transform::restrict(&families, names),
-            None => families,
-        };
-        encode(&families, request.format, request.escaping)
+        families
     }
 
     /// Whether at least one directory exists now.
