@@ -28,6 +28,9 @@ use crate::layout::{read_used, read_value, scan_records, LayoutError, HEADER_LEN
 use crate::merge::{plan, KeyId, KeyStore, MergeError, MergePlan, PlanInput};
 use crate::model::MetricFamily;
 
+/// Bytes read at least on a file's first read (Python reads one page first).
+const FIRST_READ: usize = 4096;
+
 /// An input to read: a directory (its `*.db` entries, in `readdir` order) or
 /// one file.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -320,11 +323,31 @@ impl Reader {
         }
         let file_len = usize::try_from(meta.len()).unwrap_or(usize::MAX);
 
-        // Header first: it says how much to read.
-        let mut header = [0u8; HEADER_LEN];
-        let got = read_fully_at(&file, &mut header, 0).map_err(io_reason)?;
-        let used = read_used(&header[..got], file_len).map_err(SkipReason::Layout)?;
+        // One read in the steady state: as much as was used last time (at least
+        // a page, like Python's first read), then the rest if the file grew.
+        let previous = self
+            .files
+            .get(path)
+            .filter(|c| c.device == meta.dev() && c.inode == meta.ino())
+            .map_or(0, |c| c.parsed_until);
+        let first = previous.max(FIRST_READ).min(file_len);
+        self.buffer.resize(first, 0);
+        let mut got = read_fully_at(&file, &mut self.buffer[..first], 0).map_err(io_reason)?;
+        let used = read_used(&self.buffer[..got], file_len).map_err(SkipReason::Layout)?;
         let used = used.unwrap_or(HEADER_LEN);
+        if used > got {
+            self.buffer.resize(used, 0);
+            got +=
+                read_fully_at(&file, &mut self.buffer[got..used], got as u64).map_err(io_reason)?;
+        }
+        stats.bytes_read += got as u64;
+        if got < used {
+            // Truncated between fstat and read.
+            return Err(SkipReason::Layout(LayoutError::UsedBeyondFile {
+                used,
+                len: got,
+            }));
+        }
 
         let still_valid = self.files.get(path).is_some_and(|c| {
             c.device == meta.dev() && c.inode == meta.ino() && used >= c.parsed_until
@@ -357,14 +380,6 @@ impl Reader {
             cached.failed = None;
         }
 
-        self.buffer.resize(used, 0);
-        let got = read_fully_at(&file, &mut self.buffer[..used], 0).map_err(io_reason)?;
-        stats.bytes_read += got as u64;
-        if got < used {
-            // Truncated between fstat and read.
-            let reason = SkipReason::Layout(LayoutError::UsedBeyondFile { used, len: got });
-            return Err(reason);
-        }
         let data = &self.buffer[..used];
 
         if used > cached.parsed_until {

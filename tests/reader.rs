@@ -1,0 +1,168 @@
+//! The incremental reader: keys are decoded once, an unchanged directory costs
+//! no JSON parsing and no re-planning, appended records are picked up, and
+//! replaced, truncated and deleted files are noticed.
+
+use multiproc_exporter::encode::{encode, Escaping, Format};
+use multiproc_exporter::source::{Input, Reader};
+use multiproc_exporter::writer::{GaugeMode, ProcessWriter};
+
+fn text(
+    reader: &mut Reader,
+    dir: &std::path::Path,
+) -> (String, multiproc_exporter::source::CollectStats) {
+    let collection = reader.collect(&[Input::Directory(dir.to_path_buf())]);
+    let body = encode(&collection.families, Format::Text, Escaping::Underscores);
+    (String::from_utf8(body).expect("utf-8"), collection.stats)
+}
+
+#[test]
+fn unchanged_directory_decodes_nothing_and_reuses_the_plan() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for pid in 1..=3 {
+        let mut writer = ProcessWriter::new(dir.path(), pid);
+        let counter = writer
+            .counter("requests", "Requests.", &[("code", "200")])
+            .expect("counter");
+        counter.inc(&mut writer, pid as f64).expect("inc");
+        let gauge = writer
+            .gauge("running", "Running.", &[], GaugeMode::MostRecent)
+            .expect("gauge");
+        gauge.set(&mut writer, pid as f64).expect("set");
+    }
+    let mut reader = Reader::new();
+    let (first, stats) = text(&mut reader, dir.path());
+    assert!(
+        first.contains("requests_total{code=\"200\"} 6.0\n"),
+        "{first}"
+    );
+    assert_eq!(
+        stats.keys_decoded, 2,
+        "one decode per distinct key, not per file"
+    );
+    assert!(stats.replanned);
+
+    let (second, stats) = text(&mut reader, dir.path());
+    assert_eq!(second, first);
+    assert_eq!(stats.keys_decoded, 0);
+    assert!(
+        !stats.replanned,
+        "an unchanged directory reuses the merge plan"
+    );
+    assert_eq!(stats.files_merged, 6);
+    assert_eq!(stats.records, 6);
+}
+
+#[test]
+fn values_written_in_place_are_read_on_every_collection() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut writer = ProcessWriter::new(dir.path(), 7);
+    let counter = writer.counter("c", "h", &[]).expect("counter");
+    let mut reader = Reader::new();
+    for expected in 1..=5 {
+        counter.inc(&mut writer, 1.0).expect("inc");
+        let (body, stats) = text(&mut reader, dir.path());
+        assert!(body.contains(&format!("c_total {expected}.0\n")), "{body}");
+        if expected > 1 {
+            assert!(!stats.replanned && stats.keys_decoded == 0);
+        }
+    }
+}
+
+#[test]
+fn appended_records_are_decoded_incrementally() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut writer = ProcessWriter::new(dir.path(), 1);
+    writer
+        .counter("c", "h", &[("l", "a")])
+        .expect("counter")
+        .inc(&mut writer, 1.0)
+        .expect("inc");
+    let mut reader = Reader::new();
+    let (_, stats) = text(&mut reader, dir.path());
+    assert_eq!(stats.keys_decoded, 1);
+    writer
+        .counter("c", "h", &[("l", "b")])
+        .expect("counter")
+        .inc(&mut writer, 2.0)
+        .expect("inc");
+    let (body, stats) = text(&mut reader, dir.path());
+    assert!(
+        body.contains("c_total{l=\"a\"} 1.0\nc_total{l=\"b\"} 2.0\n"),
+        "{body}"
+    );
+    assert_eq!(stats.keys_decoded, 1, "only the appended record is decoded");
+    assert!(stats.replanned);
+}
+
+#[test]
+fn growth_past_64_kib_is_followed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut writer = ProcessWriter::new(dir.path(), 1);
+    let mut reader = Reader::new();
+    let mut total = 0.0;
+    for i in 0..1500 {
+        let value = i.to_string();
+        writer
+            .counter("c", "h", &[("i", &value)])
+            .expect("counter")
+            .inc(&mut writer, 1.0)
+            .expect("inc");
+        total += 1.0;
+        if i % 500 == 0 {
+            let (body, _) = text(&mut reader, dir.path());
+            assert_eq!(body.matches("c_total{").count() as f64, total);
+        }
+    }
+    let (body, _) = text(&mut reader, dir.path());
+    assert_eq!(body.matches("c_total{").count(), 1500);
+    assert!(
+        std::fs::metadata(dir.path().join("counter_1.db"))
+            .expect("stat")
+            .len()
+            > 65536
+    );
+}
+
+#[test]
+fn replaced_truncated_and_deleted_files_are_noticed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("counter_1.db");
+    let original = multiproc_exporter::writer::file_bytes(&[
+        (r#"["c", "c_total", {"l": "a"}, "h"]"#, 1.0, 0.0),
+        (r#"["c", "c_total", {"l": "b"}, "h"]"#, 2.0, 0.0),
+    ]);
+    std::fs::write(&path, &original).expect("write");
+    let mut reader = Reader::new();
+    let (body, _) = text(&mut reader, dir.path());
+    assert!(body.contains("c_total{l=\"b\"} 2.0"));
+
+    // Replaced by a different file (new inode) with fewer records.
+    let replacement =
+        multiproc_exporter::writer::file_bytes(&[(r#"["d", "d_total", {}, "h"]"#, 5.0, 0.0)]);
+    let tmp = dir.path().join("counter_1.tmp");
+    std::fs::write(&tmp, &replacement).expect("write");
+    std::fs::rename(&tmp, &path).expect("rename");
+    let (body, _) = text(&mut reader, dir.path());
+    assert_eq!(
+        body,
+        "# HELP d_total h\n# TYPE d_total counter\nd_total 5.0\n"
+    );
+
+    // Truncated in place to less than its header says: left out, then back when fixed.
+    std::fs::write(&path, &replacement[..40]).expect("truncate");
+    let collection = reader.collect(&[Input::Directory(dir.path().to_path_buf())]);
+    assert!(collection.families.is_empty());
+    assert_eq!(collection.problems.len(), 1);
+    std::fs::write(&path, &original).expect("restore");
+    let (body, _) = text(&mut reader, dir.path());
+    assert!(
+        body.contains("c_total{l=\"a\"} 1.0\nc_total{l=\"b\"} 2.0\n"),
+        "{body}"
+    );
+
+    // Deleted.
+    std::fs::remove_file(&path).expect("delete");
+    let (body, stats) = text(&mut reader, dir.path());
+    assert_eq!(body, "");
+    assert_eq!(stats.files_listed, 0);
+}
