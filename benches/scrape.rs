@@ -1,0 +1,237 @@
+//! Criterion benchmarks of one scrape (read + merge + encode) on generated vLLM-like
+//! directories: 1, 16, 256 and 1,024 live processes of ~386 series each, and a high-churn
+//! directory (16 live processes plus the counter and histogram files of 1,024 dead ones).
+//!
+//! ```text
+//! cargo bench --bench scrape                 # everything (a few minutes on 2 cores)
+//! cargo bench --bench scrape -- steady       # only the steady-state group
+//! MPE_BENCH_DIR=/dev/shm cargo bench --bench scrape   # where fixtures are written
+//! ```
+//!
+//! Groups:
+//! * `steady`: a warm [`Reader`] (what a running exporter has); before each timed scrape a
+//!   few values change in up to 32 processes' counter files, outside the timing;
+//! * `unchanged`: a warm reader on an unchanged directory; after every timed scrape (outside
+//!   the timing) it asserts that no key was decoded and the merge was not re-planned;
+//! * `cold`: the first scrape of a new reader (every key decoded, merge planned).
+//!
+//! Fixtures come from `benches/support/fixture.rs`, the generator `scripts/compare.py` uses
+//! through `examples/gen_fixture.rs`.
+
+// The catalogue accessors of the shared generator are used by examples/gen_fixture.rs only.
+#[allow(dead_code)]
+#[path = "support/fixture.rs"]
+mod fixture;
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
+use multiproc_exporter::encode::{encode, Escaping, Format};
+use multiproc_exporter::source::{Collection, Input, Reader};
+use multiproc_exporter::writer::{FileKind, MetricsFile};
+
+/// The benchmarked directories: (label, live processes, dead processes).
+const CASES: [(&str, usize, usize); 5] = [
+    ("1", 1, 0),
+    ("16", 16, 0),
+    ("256", 256, 0),
+    ("1024", 1024, 0),
+    ("churn_16+1024dead", 16, 1024),
+];
+
+/// A generated directory with a warm reader and writers to change values.
+struct Case {
+    _dir: tempfile::TempDir,
+    inputs: Vec<Input>,
+    reader: Reader,
+    touch: Vec<MetricsFile>,
+    round: u64,
+}
+
+impl Case {
+    fn new(processes: usize, dead: usize) -> Case {
+        let base = std::env::var_os("MPE_BENCH_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(std::env::temp_dir);
+        let dir = tempfile::Builder::new()
+            .prefix("mpe-bench-")
+            .tempdir_in(base)
+            .expect("create a fixture directory");
+        let summary = fixture::generate(dir.path(), processes, dead, 1).expect("write the fixture");
+        let inputs = vec![Input::Directory(dir.path().to_path_buf())];
+        let mut reader = Reader::new();
+        let first = reader.collect(&inputs);
+        assert!(first.problems.is_empty(), "{:?}", first.problems);
+        assert_eq!(first.stats.files_merged, summary.files);
+        assert_eq!(summary.records, fixture::expected_records(processes, dead));
+        let touch = (0..processes.min(32))
+            .map(|i| {
+                let pid = fixture::LIVE_PID_BASE + i as u64;
+                MetricsFile::open(dir.path().join(FileKind::Counter.file_name(pid)))
+                    .expect("open a counter file")
+            })
+            .collect();
+        Case {
+            _dir: dir,
+            inputs,
+            reader,
+            touch,
+            round: 0,
+        }
+    }
+
+    /// Writes new values into a few records of each touched file (like running writers).
+    fn touch(&mut self) {
+        self.round += 1;
+        for file in &mut self.touch {
+            for idx in [0, 3, 7, 11] {
+                let value = file.value_at(idx).map_or(0.0, |(v, _)| v) + 1.0;
+                file.write_index(idx, value, 0.0).expect("write a value");
+            }
+        }
+    }
+}
+
+/// One scrape: collect and encode as `generate_latest` would.
+fn scrape(reader: &mut Reader, inputs: &[Input]) -> (Collection, Vec<u8>) {
+    let collection = reader.collect(inputs);
+    let body = encode(&collection.families, Format::Text, Escaping::Underscores);
+    (collection, body)
+}
+
+/// Fixtures are generated the first time a (not filtered out) bench needs them.
+#[derive(Default)]
+struct Fixtures(RefCell<BTreeMap<&'static str, Case>>);
+
+impl Fixtures {
+    fn with<R>(
+        &self,
+        label: &'static str,
+        processes: usize,
+        dead: usize,
+        f: impl FnOnce(&mut Case) -> R,
+    ) -> R {
+        let mut cases = self.0.borrow_mut();
+        let case = cases
+            .entry(label)
+            .or_insert_with(|| Case::new(processes, dead));
+        f(case)
+    }
+}
+
+fn configure(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    processes: usize,
+    dead: usize,
+) {
+    group.sample_size(10);
+    group.warm_up_time(Duration::from_millis(500));
+    group.measurement_time(Duration::from_secs(3));
+    if processes + dead >= 256 {
+        group.sampling_mode(SamplingMode::Flat);
+    }
+}
+
+fn bench_steady(c: &mut Criterion, fixtures: &Fixtures) {
+    let mut group = c.benchmark_group("steady");
+    for (label, processes, dead) in CASES {
+        configure(&mut group, processes, dead);
+        let records = fixture::expected_records(processes, dead);
+        group.throughput(Throughput::Elements(records as u64));
+        group.bench_function(BenchmarkId::from_parameter(label), |b| {
+            fixtures.with(label, processes, dead, |case| {
+                b.iter_custom(|iters| {
+                    let mut timed = Duration::ZERO;
+                    for _ in 0..iters {
+                        case.touch();
+                        let start = Instant::now();
+                        let out = scrape(&mut case.reader, &case.inputs);
+                        timed += start.elapsed();
+                        black_box(out);
+                    }
+                    timed
+                });
+            });
+        });
+    }
+    group.finish();
+}
+
+fn bench_unchanged(c: &mut Criterion, fixtures: &Fixtures) {
+    let mut group = c.benchmark_group("unchanged");
+    for (label, processes, dead) in [CASES[1], CASES[3]] {
+        configure(&mut group, processes, dead);
+        let records = fixture::expected_records(processes, dead);
+        group.throughput(Throughput::Elements(records as u64));
+        group.bench_function(BenchmarkId::from_parameter(label), |b| {
+            fixtures.with(label, processes, dead, |case| {
+                // Bring the reader up to date with whatever `steady` wrote.
+                black_box(scrape(&mut case.reader, &case.inputs));
+                b.iter_custom(|iters| {
+                    let mut timed = Duration::ZERO;
+                    for _ in 0..iters {
+                        let start = Instant::now();
+                        let (collection, body) = scrape(&mut case.reader, &case.inputs);
+                        timed += start.elapsed();
+                        assert_eq!(
+                            collection.stats.keys_decoded, 0,
+                            "JSON parsed on an unchanged directory"
+                        );
+                        assert!(
+                            !collection.stats.replanned,
+                            "merge re-planned on an unchanged directory"
+                        );
+                        black_box(body);
+                    }
+                    timed
+                });
+            });
+        });
+    }
+    group.finish();
+}
+
+fn bench_cold(c: &mut Criterion, fixtures: &Fixtures) {
+    let mut group = c.benchmark_group("cold");
+    for (label, processes, dead) in CASES {
+        configure(&mut group, processes, dead);
+        let records = fixture::expected_records(processes, dead);
+        group.throughput(Throughput::Elements(records as u64));
+        group.bench_function(BenchmarkId::from_parameter(label), |b| {
+            fixtures.with(label, processes, dead, |case| {
+                b.iter_custom(|iters| {
+                    let mut timed = Duration::ZERO;
+                    for _ in 0..iters {
+                        let mut reader = Reader::new();
+                        let start = Instant::now();
+                        let out = scrape(&mut reader, &case.inputs);
+                        timed += start.elapsed();
+                        assert!(out.0.stats.replanned);
+                        // Dropping the reader and the output is not part of a scrape.
+                        black_box((reader, out));
+                    }
+                    timed
+                });
+            });
+        });
+    }
+    group.finish();
+}
+
+fn benches(c: &mut Criterion) {
+    let fixtures = Fixtures::default();
+    bench_steady(c, &fixtures);
+    bench_unchanged(c, &fixtures);
+    bench_cold(c, &fixtures);
+}
+
+fn main() {
+    // What `criterion_group!`/`criterion_main!` expand to, without their undocumented `pub fn`.
+    let mut criterion = Criterion::default().configure_from_args();
+    benches(&mut criterion);
+    criterion.final_summary();
+}

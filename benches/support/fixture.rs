@@ -1,0 +1,485 @@
+//! Generator of vLLM-like `PROMETHEUS_MULTIPROC_DIR` fixtures for the benchmarks.
+//!
+//! Shared (through `#[path]`) by `benches/scrape.rs` and `examples/gen_fixture.rs`, so the
+//! criterion benches and `scripts/compare.py` measure the same directories.
+//!
+//! Every live process writes the same ~386 series that a vLLM 0.33 API server writes
+//! (`vllm/v1/metrics/loggers.py`, bucket sets from `vllm/v1/metrics/buckets.py` with
+//! `max_model_len` 8192) plus prometheus-fastapi-instrumentator's HTTP metrics, in four files:
+//! `counter_<pid>.db`, `histogram_<pid>.db`, `gauge_mostrecent_<pid>.db` and
+//! `summary_<pid>.db`. A dead process (the high-churn case: gunicorn-style worker recycling)
+//! leaves only its `counter_<pid>.db` and `histogram_<pid>.db` behind.
+//!
+//! Files are written whole with [`file_bytes`], the exact image prometheus_client leaves
+//! (records in creation order, `_sum` before the buckets, zero padding to 64 KiB or the next
+//! doubling), so generating 1,024 processes takes well under a second. Values are
+//! pseudo-random but deterministic for a seed; `mostrecent` timestamps differ per process so
+//! the "most recent" choice is never a tie.
+
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::Path;
+
+use multiproc_exporter::float::go_float_string;
+use multiproc_exporter::writer::{encode_key, file_bytes, FileKind, GaugeMode};
+
+/// `model_name` label value.
+pub(crate) const MODEL: &str = "meta-llama/Llama-3.1-8B-Instruct";
+/// First pid of the live processes.
+pub(crate) const LIVE_PID_BASE: u64 = 10_000;
+/// First pid of the dead processes.
+pub(crate) const DEAD_PID_BASE: u64 = 100_000;
+
+/// `request_latency` (buckets.py L30-52).
+const REQUEST_LATENCY: &[f64] = &[
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+    480.0, 960.0, 1920.0, 7680.0,
+];
+/// `time_to_first_token` (L57-80).
+const TTFT: &[f64] = &[
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+];
+/// `inter_token_latency` (L84-104).
+const ITL: &[f64] = &[
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+    40.0, 80.0,
+];
+/// `iteration_tokens` (L107-121).
+const ITERATION_TOKENS: &[f64] = &[
+    1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0,
+];
+/// `request_params_n` (L125).
+const PARAMS_N: &[f64] = &[1.0, 2.0, 5.0, 10.0, 20.0];
+/// `request_num_preemptions` (L128).
+const NUM_PREEMPTIONS: &[f64] = &[1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0];
+/// `request_tokens`: `build_1_2_5_buckets(8192)`.
+const REQUEST_TOKENS: &[f64] = &[
+    1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0,
+];
+/// Instrumentator `http_request_duration_highr_seconds`.
+const HTTP_HIGHR: &[f64] = &[
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0,
+    7.5, 10.0, 30.0, 60.0,
+];
+/// Instrumentator `http_request_duration_seconds`.
+const HTTP_LOWR: &[f64] = &[0.1, 0.5, 1.0];
+
+const HANDLERS: [&str; 4] = [
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/models",
+    "/tokenize",
+];
+
+/// The kind of a catalogue entry (which file its records go to).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A counter (`counter_<pid>.db`); `name` is the family name without `_total`.
+    Counter,
+    /// A `mostrecent` gauge (`gauge_mostrecent_<pid>.db`).
+    Gauge,
+    /// A histogram (`histogram_<pid>.db`).
+    Histogram,
+    /// A summary (`summary_<pid>.db`).
+    Summary,
+}
+
+impl Kind {
+    /// Python's type name.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+            Kind::Summary => "summary",
+        }
+    }
+
+    fn file_kind(self) -> FileKind {
+        match self {
+            Kind::Counter => FileKind::Counter,
+            Kind::Gauge => FileKind::Gauge(GaugeMode::MostRecent),
+            Kind::Histogram => FileKind::Histogram,
+            Kind::Summary => FileKind::Summary,
+        }
+    }
+}
+
+/// One metric of the catalogue and its children (label value sets).
+#[derive(Clone, Debug)]
+pub(crate) struct MetricDef {
+    /// Which file its records go to.
+    pub(crate) kind: Kind,
+    /// Family name (counters: without `_total`).
+    pub(crate) name: &'static str,
+    /// Help text.
+    pub(crate) help: &'static str,
+    /// Label names, in declaration order.
+    pub(crate) label_names: Vec<&'static str>,
+    /// One entry per child: its label values, in `label_names` order.
+    pub(crate) children: Vec<Vec<String>>,
+    /// Histogram upper bounds (without `+Inf`); empty otherwise.
+    pub(crate) buckets: &'static [f64],
+}
+
+fn vllm(kind: Kind, name: &'static str, help: &'static str) -> MetricDef {
+    MetricDef {
+        kind,
+        name,
+        help,
+        label_names: vec!["model_name", "engine"],
+        children: vec![vec![MODEL.to_owned(), "0".to_owned()]],
+        buckets: &[],
+    }
+}
+
+fn vllm_by(
+    kind: Kind,
+    name: &'static str,
+    help: &'static str,
+    label: &'static str,
+    values: &[&str],
+) -> MetricDef {
+    MetricDef {
+        kind,
+        name,
+        help,
+        label_names: vec!["model_name", "engine", label],
+        children: values
+            .iter()
+            .map(|v| vec![MODEL.to_owned(), "0".to_owned(), (*v).to_owned()])
+            .collect(),
+        buckets: &[],
+    }
+}
+
+fn histogram(name: &'static str, help: &'static str, buckets: &'static [f64]) -> MetricDef {
+    MetricDef {
+        buckets,
+        ..vllm(Kind::Histogram, name, help)
+    }
+}
+
+/// The per-process metric catalogue (vLLM 0.33 core metrics, instrumentator HTTP metrics).
+pub(crate) fn catalogue() -> Vec<MetricDef> {
+    use Kind::{Counter, Gauge};
+    let mut defs = vec![
+        // Histograms: 16 × (buckets + `+Inf` + `_sum`).
+        histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.", REQUEST_TOKENS),
+        histogram("vllm:request_generation_tokens", "Number of generation tokens processed.", REQUEST_TOKENS),
+        histogram("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", ITERATION_TOKENS),
+        histogram("vllm:request_max_num_generation_tokens", "Histogram of maximum number of requested generation tokens.", REQUEST_TOKENS),
+        histogram("vllm:request_params_n", "Histogram of the n request parameter.", PARAMS_N),
+        histogram("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", REQUEST_TOKENS),
+        histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", TTFT),
+        histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", ITL),
+        histogram("vllm:request_time_per_output_token_seconds", "Histogram of time_per_output_token_seconds per request.", ITL),
+        histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", REQUEST_LATENCY),
+        histogram("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", REQUEST_LATENCY),
+        histogram("vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.", REQUEST_LATENCY),
+        histogram("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", REQUEST_LATENCY),
+        histogram("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", REQUEST_LATENCY),
+        histogram("vllm:request_num_preemptions", "Histogram of the number of preemptions per request.", NUM_PREEMPTIONS),
+        histogram("vllm:request_prefill_kv_computed_tokens", "Histogram of new KV tokens computed during prefill (excluding cached tokens).", REQUEST_TOKENS),
+        // Counters.
+        vllm(Counter, "vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens."),
+        vllm(Counter, "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."),
+        vllm(Counter, "vllm:external_prefix_cache_queries", "External prefix cache queries from KV connector cross-instance cache sharing, in terms of number of queried tokens."),
+        vllm(Counter, "vllm:external_prefix_cache_hits", "External prefix cache hits from KV connector cross-instance cache sharing, in terms of number of cached tokens."),
+        vllm(Counter, "vllm:mm_cache_queries", "Multi-modal cache queries, in terms of number of queried items."),
+        vllm(Counter, "vllm:mm_cache_hits", "Multi-modal cache hits, in terms of number of cached items."),
+        vllm(Counter, "vllm:num_preemptions", "Cumulative number of preemption from the engine."),
+        vllm(Counter, "vllm:prompt_tokens", "Number of prefill tokens processed."),
+        vllm(Counter, "vllm:generation_tokens", "Number of generation tokens processed."),
+        vllm(Counter, "vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external)."),
+        vllm_by(Counter, "vllm:prompt_tokens_by_source", "Number of prompt tokens by source.", "source", &["local_compute", "local_cache_hit", "external_kv_transfer"]),
+        vllm_by(Counter, "vllm:prompt_tokens_cached_by_source", "Number of cached prompt tokens by source.", "source", &["device", "host", "p2p", "disk", "external_unspecified"]),
+        vllm_by(Counter, "vllm:request_success", "Count of successfully processed requests.", "finished_reason", &["stop", "length", "abort", "error", "repetition"]),
+        MetricDef {
+            kind: Counter,
+            name: "vllm:admission_rejections",
+            help: "Number of requests rejected at admission.",
+            label_names: vec!["model_name", "reason"],
+            children: ["max_num_queued_reqs", "max_num_queued_tokens"]
+                .iter()
+                .map(|r| vec![MODEL.to_owned(), (*r).to_owned()])
+                .collect(),
+            buckets: &[],
+        },
+        // `mostrecent` gauges.
+        vllm(Gauge, "vllm:num_requests_running", "Number of requests in model execution batches."),
+        vllm(Gauge, "vllm:num_requests_waiting", "Number of requests waiting to be processed."),
+        vllm_by(Gauge, "vllm:num_requests_waiting_by_reason", "Number of requests waiting, by reason.", "reason", &["capacity", "deferred"]),
+        vllm_by(Gauge, "vllm:num_requests_kv_fetch_by_stage", "Number of requests fetching KV, by stage.", "stage", &["waiting_to_start", "in_progress", "completed_waiting"]),
+        vllm_by(Gauge, "vllm:engine_sleep_state", "Engine sleep state; awake = 0 means engine is sleeping.", "sleep_state", &["awake", "weights_offloaded", "discard_all"]),
+        vllm(Gauge, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."),
+        MetricDef {
+            kind: Gauge,
+            name: "vllm:cache_config_info",
+            help: "Information of the LLMEngine CacheConfig",
+            label_names: vec!["block_size", "cache_dtype", "gpu_memory_utilization", "enable_prefix_caching", "engine"],
+            children: vec![["16", "auto", "0.9", "True", "0"].iter().map(|s| (*s).to_owned()).collect()],
+            buckets: &[],
+        },
+    ];
+    // prometheus-fastapi-instrumentator 8.1.0 `metrics.default()`.
+    let mut requests = Vec::new();
+    for handler in HANDLERS {
+        for status in ["2xx", "4xx"] {
+            requests.push(vec![
+                handler.to_owned(),
+                "POST".to_owned(),
+                status.to_owned(),
+            ]);
+        }
+    }
+    let by_handler: Vec<Vec<String>> = HANDLERS.iter().map(|h| vec![(*h).to_owned()]).collect();
+    let by_handler_method: Vec<Vec<String>> = HANDLERS
+        .iter()
+        .map(|h| vec![(*h).to_owned(), "POST".to_owned()])
+        .collect();
+    defs.extend([
+        MetricDef {
+            kind: Kind::Counter,
+            name: "http_requests",
+            help: "Total number of requests by method, status and handler.",
+            label_names: vec!["handler", "method", "status"],
+            children: requests,
+            buckets: &[],
+        },
+        MetricDef {
+            kind: Kind::Summary,
+            name: "http_request_size_bytes",
+            help: "Content length of incoming requests by handler. Only value of header is respected. Otherwise ignored. No percentile calculated. ",
+            label_names: vec!["handler"],
+            children: by_handler.clone(),
+            buckets: &[],
+        },
+        MetricDef {
+            kind: Kind::Summary,
+            name: "http_response_size_bytes",
+            help: "Content length of outgoing responses by handler. Only value of header is respected. Otherwise ignored. No percentile calculated. ",
+            label_names: vec!["handler"],
+            children: by_handler,
+            buckets: &[],
+        },
+        MetricDef {
+            kind: Kind::Histogram,
+            name: "http_request_duration_highr_seconds",
+            help: "Latency with many buckets but no API specific labels. Made for more accurate percentile calculations. ",
+            label_names: vec![],
+            children: vec![vec![]],
+            buckets: HTTP_HIGHR,
+        },
+        MetricDef {
+            kind: Kind::Histogram,
+            name: "http_request_duration_seconds",
+            help: "Latency with only few buckets by handler. Made to be only used if aggregation by handler is important. ",
+            label_names: vec!["handler", "method"],
+            children: by_handler_method,
+            buckets: HTTP_LOWR,
+        },
+    ]);
+    defs
+}
+
+/// How a record's value is generated.
+#[derive(Clone, Copy, Debug)]
+enum Role {
+    Counter,
+    Gauge,
+    HistogramSum,
+    Bucket,
+    SummaryCount,
+    SummarySum,
+}
+
+/// A record key with the role of its value.
+#[derive(Debug)]
+struct Slot {
+    key: String,
+    role: Role,
+}
+
+/// All records of one process, grouped by file, in prometheus_client's creation order.
+#[derive(Debug)]
+struct Layout {
+    files: Vec<(Kind, Vec<Slot>)>,
+}
+
+fn layout() -> Layout {
+    let order = [Kind::Counter, Kind::Histogram, Kind::Gauge, Kind::Summary];
+    let mut files: Vec<(Kind, Vec<Slot>)> = order.iter().map(|k| (*k, Vec::new())).collect();
+    for def in catalogue() {
+        let slots = &mut files
+            .iter_mut()
+            .find(|(k, _)| *k == def.kind)
+            .expect("every kind has a file")
+            .1;
+        for child in &def.children {
+            let labels: Vec<(&str, &str)> = def
+                .label_names
+                .iter()
+                .zip(child)
+                .map(|(n, v)| (*n, v.as_str()))
+                .collect();
+            let name = def.name;
+            match def.kind {
+                Kind::Counter => slots.push(Slot {
+                    key: encode_key(name, &format!("{name}_total"), &labels, def.help),
+                    role: Role::Counter,
+                }),
+                Kind::Gauge => slots.push(Slot {
+                    key: encode_key(name, name, &labels, def.help),
+                    role: Role::Gauge,
+                }),
+                Kind::Summary => {
+                    slots.push(Slot {
+                        key: encode_key(name, &format!("{name}_count"), &labels, def.help),
+                        role: Role::SummaryCount,
+                    });
+                    slots.push(Slot {
+                        key: encode_key(name, &format!("{name}_sum"), &labels, def.help),
+                        role: Role::SummarySum,
+                    });
+                }
+                Kind::Histogram => {
+                    slots.push(Slot {
+                        key: encode_key(name, &format!("{name}_sum"), &labels, def.help),
+                        role: Role::HistogramSum,
+                    });
+                    let sample = format!("{name}_bucket");
+                    let bounds = def.buckets.iter().copied().chain([f64::INFINITY]);
+                    for bound in bounds {
+                        let le = go_float_string(bound);
+                        let mut with_le = labels.clone();
+                        with_le.push(("le", le.as_str()));
+                        slots.push(Slot {
+                            key: encode_key(name, &sample, &with_le, def.help),
+                            role: Role::Bucket,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    Layout { files }
+}
+
+/// Number of series (records) one live process writes.
+pub(crate) fn series_per_process() -> usize {
+    layout().files.iter().map(|(_, s)| s.len()).sum()
+}
+
+/// Number of records [`generate`] writes for `processes` live and `dead` dead processes.
+pub(crate) fn expected_records(processes: usize, dead: usize) -> usize {
+    let files = layout().files;
+    let all: usize = files.iter().map(|(_, s)| s.len()).sum();
+    let kept: usize = files
+        .iter()
+        .filter(|(k, _)| matches!(k, Kind::Counter | Kind::Histogram))
+        .map(|(_, s)| s.len())
+        .sum();
+    processes * all + dead * kept
+}
+
+/// What [`generate`] wrote.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Summary {
+    /// Live processes.
+    pub(crate) processes: usize,
+    /// Dead processes (counter and histogram files only).
+    pub(crate) dead: usize,
+    /// Files written.
+    pub(crate) files: usize,
+    /// Records (series) written over all files.
+    pub(crate) records: usize,
+    /// Sum of the files' `used` (header included).
+    pub(crate) used_bytes: u64,
+    /// Sum of the file sizes.
+    pub(crate) file_bytes: u64,
+}
+
+/// A small deterministic generator (SplitMix64).
+#[derive(Clone, Debug)]
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0, 1)`, 53 bits.
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Writes a fresh fixture into `dir` (created if missing; existing `*.db` files of the same
+/// names are overwritten, others are left alone): `processes` live processes with every file
+/// and `dead` dead processes with their counter and histogram files only.
+pub(crate) fn generate(
+    dir: &Path,
+    processes: usize,
+    dead: usize,
+    seed: u64,
+) -> io::Result<Summary> {
+    fs::create_dir_all(dir)?;
+    let layout = layout();
+    let mut summary = Summary {
+        processes,
+        dead,
+        ..Summary::default()
+    };
+    let live = (0..processes).map(|i| (LIVE_PID_BASE + i as u64, true));
+    let gone = (0..dead).map(|i| (DEAD_PID_BASE + i as u64, false));
+    let mut records: Vec<(&str, f64, f64)> = Vec::new();
+    for (index, (pid, alive)) in live.chain(gone).enumerate() {
+        let mut rng = Rng(seed ^ pid.wrapping_mul(0x2545_f491_4f6c_dd1d));
+        for (kind, slots) in &layout.files {
+            if !alive && !matches!(kind, Kind::Counter | Kind::Histogram) {
+                continue;
+            }
+            records.clear();
+            for slot in slots {
+                let (value, timestamp) = match slot.role {
+                    Role::Counter => ((rng.below(1_000_000)) as f64, 0.0),
+                    // Distinct per process, so the most recent write is never a tie.
+                    Role::Gauge => (
+                        (rng.below(100)) as f64 * 0.01,
+                        1_700_000_000.0 + index as f64 + rng.unit() * 0.5,
+                    ),
+                    Role::HistogramSum => (rng.unit() * 10_000.0, 0.0),
+                    Role::Bucket => ((rng.below(50)) as f64, 0.0),
+                    Role::SummaryCount => ((rng.below(10_000)) as f64, 0.0),
+                    Role::SummarySum => (rng.unit() * 1e7, 0.0),
+                };
+                records.push((slot.key.as_str(), value, timestamp));
+            }
+            let image = file_bytes(&records);
+            let used = i32::from_ne_bytes([image[0], image[1], image[2], image[3]]);
+            let used = usize::try_from(used)
+                .unwrap_or(image.len())
+                .min(image.len());
+            summary.files += 1;
+            summary.records += records.len();
+            summary.used_bytes += used as u64;
+            summary.file_bytes += image.len() as u64;
+            // Like Python (ftruncate, then stores into the mapping): the tail is a hole.
+            let path = dir.join(kind.file_kind().file_name(pid));
+            let mut file = File::create(&path)?;
+            file.write_all(&image[..used])?;
+            file.set_len(image.len() as u64)?;
+        }
+    }
+    Ok(summary)
+}

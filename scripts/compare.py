@@ -1,0 +1,855 @@
+#!/usr/bin/env python3
+"""Side-by-side performance comparison of multiproc-exporter and prometheus_client 0.26.0.
+
+Runs with the project's virtual environment (``scripts/setup-python-venv`` creates
+``target/venv`` with prometheus_client==0.26.0)::
+
+    target/venv/bin/python scripts/compare.py                 # full run, writes docs/performance/
+    target/venv/bin/python scripts/compare.py --quick         # CI smoke test (~30 s, debug build)
+    target/venv/bin/python scripts/compare.py --sizes 16,256 --no-churn --skip-writers --out /tmp/x
+
+In one run and on the same generated directories (``examples/gen_fixture.rs``: vLLM-like
+processes of ~386 series, plus a high-churn directory with many dead processes' files), it
+
+1. checks that prometheus_client's ``MultiProcessCollector`` + ``generate_latest``, the
+   exporter's library (``examples/bench_scrape.rs``) and ``multiproc-exporter dump`` produce
+   the same bytes, and later that both HTTP servers answer Prometheus's request with the same
+   decompressed body: it fails before timing anything if they differ;
+2. times both in-process (Python in a child process, the exporter with a warm ``Reader``);
+3. times both over HTTP on loopback (``prometheus_client.start_http_server`` with a
+   multiprocess registry against ``multiproc-exporter serve --web.disable-exporter-metrics``)
+   with Prometheus's ``Accept`` and ``Accept-Encoding: gzip`` headers, at concurrency 1 and 8,
+   with a bounded load loop (``examples/http_load.rs``); CPU seconds per scrape come from the
+   server's ``utime + stime`` in ``/proc/PID/stat``, peak RSS from ``VmHWM``;
+4. computes the "stream the used bytes once" floor: the sum of every file's ``used`` divided
+   by the sequential read bandwidth of memory (``bench_scrape --membw``: a u64 read-sum over a
+   512 MiB buffer, best of 5), plus the cost of merely opening and reading every file;
+5. repeats the in-process timings while Python writer processes increment counters, set
+   gauges and observe histograms at a high rate (``--writers``, ``--writer-rate``);
+6. writes ``results.json``, ``results.md`` and ``scaling.svg`` (log-log scrape time against
+   processes x series) into ``--out`` and prints the tables and the issue-4 targets.
+
+``--quick`` checks equality (in-process and HTTP) at 16 processes with few iterations and
+asserts that the exporter is faster than Python; it exits non-zero on any failure and ends
+with a "N passed, N failed" line.
+
+The script also runs itself as a child process in a few internal modes (``_py_inproc``,
+``_py_server``, ``_py_writer``) so that Python's memory and CPU are measured on their own.
+"""
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+PROMETHEUS_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+    "text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+)
+PROMETHEUS_HEADERS = [
+    "Accept: " + PROMETHEUS_ACCEPT,
+    "Accept-Encoding: gzip",
+]
+WRITER_PID_BASE = 900000
+
+
+# ---------------------------------------------------------------------------------------------
+# Internal child modes
+# ---------------------------------------------------------------------------------------------
+
+
+def vm_hwm_kib(pid="self"):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def cpu_seconds(pid):
+    """utime + stime of a process (all threads), seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        data = f.read()
+    fields = data[data.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def percentiles(values_ms):
+    s = sorted(values_ms)
+    if not s:
+        return {}
+
+    def at(q):
+        return s[round((len(s) - 1) * q)]
+
+    return {"min": s[0], "p50": at(0.5), "p90": at(0.9), "p99": at(0.99), "max": s[-1],
+            "mean": sum(s) / len(s)}
+
+
+def child_py_inproc(argv):
+    """_py_inproc DIR ITERATIONS MAX_SECONDS [OUTPUT]: time generate_latest(MultiProcessCollector)."""
+    directory, iterations, max_seconds = argv[0], int(argv[1]), float(argv[2])
+    output = argv[3] if len(argv) > 3 else None
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=directory)
+    cpu0 = time.process_time()
+    t = time.perf_counter()
+    body = generate_latest(registry)
+    cold_ms = (time.perf_counter() - t) * 1e3
+    times = []
+    cpu1 = time.process_time()
+    start = time.perf_counter()
+    while len(times) < iterations and (not times or time.perf_counter() - start < max_seconds):
+        t = time.perf_counter()
+        body = generate_latest(registry)
+        times.append((time.perf_counter() - t) * 1e3)
+    cpu2 = time.process_time()
+    if output:
+        with open(output, "wb") as f:
+            f.write(body)
+    print(json.dumps({
+        "cold_ms": cold_ms,
+        "iterations": len(times),
+        "scrape_ms": percentiles(times),
+        "steady_cpu_ms_per_scrape": (cpu2 - cpu1) * 1e3 / max(1, len(times)),
+        "cpu_s_total": cpu2 - cpu0,
+        "output_bytes": len(body),
+        "vm_hwm_kib": vm_hwm_kib(),
+    }))
+
+
+def child_py_server(argv):
+    """_py_server DIR PORT: start_http_server with a multiprocess registry, until killed."""
+    directory, port = argv[0], int(argv[1])
+    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=directory)
+    start_http_server(port, addr="127.0.0.1", registry=registry)
+    print("ready", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    while True:
+        time.sleep(3600)
+
+
+def child_py_writer(argv):
+    """_py_writer DIR PID RATE SPEC: a prometheus_client process writing at RATE ops/s."""
+    directory, pid, rate, spec_path = argv[0], argv[1], float(argv[2]), argv[3]
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+    import random
+
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Summary, values
+
+    values.ValueClass = values.MultiProcessValue(process_identifier=lambda: pid)
+    registry = CollectorRegistry()
+    with open(spec_path) as f:
+        spec = json.load(f)
+    ops = []
+    for m in spec:
+        kind, name, doc, labelnames = m["type"], m["name"], m["help"], m["labelnames"]
+        if kind == "counter":
+            metric = Counter(name, doc, labelnames, registry=registry)
+        elif kind == "gauge":
+            metric = Gauge(name, doc, labelnames, registry=registry, multiprocess_mode="mostrecent")
+        elif kind == "histogram":
+            metric = Histogram(name, doc, labelnames, registry=registry, buckets=m["buckets"])
+        else:
+            metric = Summary(name, doc, labelnames, registry=registry)
+        for child in m["children"]:
+            ops.append((kind, metric.labels(*child) if labelnames else metric))
+    rng = random.Random(int(pid))
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    print("ready", flush=True)
+    done = 0
+    start = time.perf_counter()
+    batch = 200
+    while not stop:
+        for _ in range(batch):
+            kind, child = ops[rng.randrange(len(ops))]
+            if kind == "counter":
+                child.inc(rng.random() * 10)
+            elif kind == "gauge":
+                child.set(rng.random())
+            else:
+                child.observe(rng.expovariate(1.0))
+        done += batch
+        ahead = done / rate - (time.perf_counter() - start)
+        if ahead > 0:
+            time.sleep(ahead)
+    elapsed = time.perf_counter() - start
+    print(json.dumps({"pid": pid, "ops": done, "seconds": elapsed, "ops_per_second": done / elapsed,
+                      "cpu_s": time.process_time()}), flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers for the driver
+# ---------------------------------------------------------------------------------------------
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run_json(cmd, timeout=600):
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=timeout)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_listening(port, proc, timeout=30.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listening on port {port} after {timeout} s")
+
+
+def stop_process(proc):
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def first_difference(a, b):
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            line = a.count(b"\n", 0, i) + 1
+            return f"first difference at byte {i} (line {line}): {a[i:i + 80]!r} vs {b[i:i + 80]!r}"
+    return f"one is a prefix of the other ({len(a)} vs {len(b)} bytes)"
+
+
+def machine_info(python):
+    def cmd(c):
+        try:
+            return subprocess.run(c, capture_output=True, text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return None
+
+    model = None
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    mem = None
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                mem = int(line.split()[1]) // 1024
+    pc_version = cmd([python, "-c", "import prometheus_client, importlib.metadata as m; "
+                                    "print(m.version('prometheus_client'))"])
+    dirty = cmd(["git", "-C", ROOT, "status", "--porcelain", "--", "src", "Cargo.toml", "Cargo.lock"])
+    return {
+        "cpu": model,
+        "cpus": os.cpu_count(),
+        "memory_mib": mem,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "prometheus_client": pc_version,
+        "rustc": cmd(["rustc", "--version"]),
+        "commit": cmd(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"]),
+        "src_dirty": bool(dirty),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+    }
+
+
+class Tools:
+    def __init__(self, profile):
+        base = os.path.join(ROOT, "target", profile)
+        self.exporter = os.path.join(base, "multiproc-exporter")
+        self.gen = os.path.join(base, "examples", "gen_fixture")
+        self.bench = os.path.join(base, "examples", "bench_scrape")
+        self.load = os.path.join(base, "examples", "http_load")
+        self.python = sys.executable
+        self.script = os.path.abspath(__file__)
+
+    def py_child(self, *args):
+        return [self.python, self.script, *map(str, args)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Measurements
+# ---------------------------------------------------------------------------------------------
+
+
+def check_equal_inprocess(tools, directory, scratch):
+    py_out = os.path.join(scratch, "python.txt")
+    rs_out = os.path.join(scratch, "exporter.txt")
+    run_json(tools.py_child("_py_inproc", directory, 0, 0, py_out))
+    run_json([tools.bench, "--dir", directory, "--iterations", "1", "--output", rs_out])
+    dump = subprocess.run([tools.exporter, "dump", directory], check=True, capture_output=True).stdout
+    with open(py_out, "rb") as f:
+        py = f.read()
+    with open(rs_out, "rb") as f:
+        rs = f.read()
+    problems = []
+    if py != rs:
+        problems.append("library vs python: " + first_difference(py, rs))
+    if py != dump:
+        problems.append("dump vs python: " + first_difference(py, dump))
+    return {"equal": not problems, "bytes": len(py), "problems": problems}
+
+
+def start_servers(tools, directory):
+    py_port, rs_port = free_port(), free_port()
+    py = subprocess.Popen(tools.py_child("_py_server", directory, py_port), stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, text=True)
+    rs = subprocess.Popen([tools.exporter, "serve", "--dir", directory,
+                           "--web.listen-address", f"127.0.0.1:{rs_port}",
+                           "--web.disable-exporter-metrics", "--log.level", "warn"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_listening(py_port, py)
+        wait_listening(rs_port, rs)
+    except Exception:
+        stop_process(py)
+        stop_process(rs)
+        raise
+    return {"python": (py, py_port), "exporter": (rs, rs_port)}
+
+
+def http_fetch(tools, port, output):
+    return run_json([tools.load, "--url", f"http://127.0.0.1:{port}/metrics", "--requests", "1",
+                     "--max-seconds", "120", "--output", output]
+                    + [a for h in PROMETHEUS_HEADERS for a in ("--header", h)])
+
+
+def check_equal_http(tools, servers, scratch):
+    bodies, meta = {}, {}
+    for name, (_, port) in servers.items():
+        path = os.path.join(scratch, f"{name}.http")
+        result = http_fetch(tools, port, path)
+        with open(path, "rb") as f:
+            raw = f.read()
+        if result.get("content_encoding") == "gzip":
+            raw = gzip.decompress(raw)
+        bodies[name] = raw
+        meta[name] = {"content_type": result.get("content_type"),
+                      "content_encoding": result.get("content_encoding"),
+                      "body_bytes": result.get("body_bytes"), "decompressed_bytes": len(raw)}
+    problems = []
+    if bodies["python"] != bodies["exporter"]:
+        problems.append("HTTP bodies differ: " + first_difference(bodies["python"], bodies["exporter"]))
+    if meta["python"]["content_type"] != meta["exporter"]["content_type"]:
+        problems.append(f"content types differ: {meta['python']['content_type']!r} vs "
+                        f"{meta['exporter']['content_type']!r}")
+    if meta["exporter"]["content_encoding"] != "gzip":
+        problems.append("exporter did not gzip")
+    return {"equal": not problems, "problems": problems, **{k: v for k, v in meta.items()}}
+
+
+def http_load(tools, proc, port, concurrency, requests, max_seconds):
+    cpu0 = cpu_seconds(proc.pid)
+    result = run_json([tools.load, "--url", f"http://127.0.0.1:{port}/metrics",
+                       "--concurrency", str(concurrency), "--requests", str(requests),
+                       "--max-seconds", str(max_seconds)]
+                      + [a for h in PROMETHEUS_HEADERS for a in ("--header", h)], timeout=900)
+    cpu = cpu_seconds(proc.pid) - cpu0
+    result["server_cpu_s"] = cpu
+    result["cpu_ms_per_scrape"] = cpu * 1e3 / max(1, result["requests"])
+    return result
+
+
+def measure_case(tools, args, label, processes, dead, workdir, membw):
+    directory = os.path.join(workdir, label)
+    scratch = os.path.join(workdir, label + ".out")
+    os.makedirs(scratch, exist_ok=True)
+    log(f"== {label}: {processes} live + {dead} dead processes")
+    fixture = run_json([tools.gen, "--processes", str(processes), "--dead", str(dead),
+                        "--dir", directory, "--clean"])
+    case = {"label": label, "processes": processes, "dead": dead, "fixture": fixture}
+    case["floor_ms"] = fixture["used_bytes"] / (membw["read_gb_s"] * 1e9) * 1e3 if membw else None
+
+    case["equal_inprocess"] = check_equal_inprocess(tools, directory, scratch)
+    if not case["equal_inprocess"]["equal"]:
+        log(f"   NOT EQUAL: {case['equal_inprocess']['problems']}")
+        return case
+
+    log("   python in-process ...")
+    case["python"] = run_json(tools.py_child("_py_inproc", directory, args.py_iterations, args.py_seconds),
+                              timeout=900)
+    log("   exporter in-process ...")
+    case["exporter"] = run_json([tools.bench, "--dir", directory, "--iterations", str(args.rs_iterations),
+                                 "--max-seconds", str(args.rs_seconds)])
+    if not args.quick:
+        case["read_floor"] = run_json([tools.bench, "--dir", directory, "--read-floor", "--iterations", "50",
+                                       "--max-seconds", "2"])
+    if not args.skip_http:
+        log("   HTTP ...")
+        servers = start_servers(tools, directory)
+        try:
+            case["equal_http"] = check_equal_http(tools, servers, scratch)
+            if not case["equal_http"]["equal"]:
+                log(f"   NOT EQUAL over HTTP: {case['equal_http']['problems']}")
+                return case
+            http = {}
+            for name, (proc, port) in servers.items():
+                budget = args.py_http if name == "python" else args.rs_http
+                for concurrency in args.concurrency:
+                    http[f"{name}_c{concurrency}"] = http_load(tools, proc, port, concurrency, budget[0],
+                                                               budget[1])
+                http[f"{name}_vm_hwm_kib"] = vm_hwm_kib(proc.pid)
+            case["http"] = http
+        finally:
+            for proc, _ in servers.values():
+                stop_process(proc)
+    shutil.rmtree(scratch, ignore_errors=True)
+    return case
+
+
+def measure_writers(tools, args, processes, workdir):
+    """In-process timings while Python writers hammer the directory, then with them stopped."""
+    label = f"writers_{processes}"
+    directory = os.path.join(workdir, label)
+    run_json([tools.gen, "--processes", str(processes), "--dir", directory, "--clean"])
+    spec_path = os.path.join(workdir, "spec.json")
+    with open(spec_path, "w") as f:
+        f.write(subprocess.run([tools.gen, "--spec"], check=True, capture_output=True, text=True).stdout)
+    log(f"== writers active: {processes} processes + {args.writers} writers at {args.writer_rate:g} ops/s each")
+    writers = [subprocess.Popen(tools.py_child("_py_writer", directory, WRITER_PID_BASE + i, args.writer_rate,
+                                               spec_path),
+                                stdout=subprocess.PIPE, text=True) for i in range(args.writers)]
+    result = {"processes": processes, "writers": args.writers, "writer_rate": args.writer_rate}
+    try:
+        for w in writers:
+            if w.stdout.readline().strip() != "ready":
+                raise RuntimeError("writer did not start")
+        time.sleep(0.5)
+        result["active_exporter"] = run_json([tools.bench, "--dir", directory, "--iterations",
+                                              str(args.rs_iterations), "--max-seconds", str(args.rs_seconds)])
+        result["active_python"] = run_json(tools.py_child("_py_inproc", directory, args.py_iterations,
+                                                          args.py_seconds), timeout=900)
+    finally:
+        reports = []
+        for w in writers:
+            w.send_signal(signal.SIGTERM)
+        for w in writers:
+            out, _ = w.communicate(timeout=30)
+            lines = [line for line in out.splitlines() if line.startswith("{")]
+            if lines:
+                reports.append(json.loads(lines[-1]))
+        result["writer_reports"] = reports
+    result["idle_exporter"] = run_json([tools.bench, "--dir", directory, "--iterations", str(args.rs_iterations),
+                                        "--max-seconds", str(args.rs_seconds)])
+    result["idle_python"] = run_json(tools.py_child("_py_inproc", directory, args.py_iterations,
+                                                    args.py_seconds), timeout=900)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Reporting
+# ---------------------------------------------------------------------------------------------
+
+
+def fmt_ms(v):
+    if v is None:
+        return "-"
+    if v >= 100:
+        return f"{v:.0f}"
+    if v >= 10:
+        return f"{v:.1f}"
+    if v >= 1:
+        return f"{v:.2f}"
+    return f"{v:.3f}"
+
+
+def fmt_ratio(a, b):
+    if not a or not b:
+        return "-"
+    r = a / b
+    return f"{r:.0f}x" if r >= 10 else f"{r:.1f}x"
+
+
+def tables(results):
+    out = []
+    out.append("### In-process: one scrape (read + merge + encode), median over the steady state\n")
+    out.append("| directory | files | series (entries) | used MB | Python ms | exporter cold ms | exporter ms "
+               "| ratio | floor ms | exporter / floor | open+read only ms | Python µs/entry | exporter µs/entry |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for c in results["cases"]:
+        if "python" not in c:
+            continue
+        fx = c["fixture"]
+        py = c["python"]["scrape_ms"]["p50"]
+        rs = c["exporter"]["scrape_ms"]["p50"]
+        floor = c.get("floor_ms")
+        rf = c.get("read_floor", {}).get("read_ms", {}).get("p50")
+        out.append(
+            f"| {c['label']} | {fx['files']} | {fx['records']} | {fx['used_bytes'] / 1e6:.1f} | {fmt_ms(py)} "
+            f"| {fmt_ms(c['exporter']['cold_ms'])} | {fmt_ms(rs)} | {fmt_ratio(py, rs)} | {fmt_ms(floor)} "
+            f"| {fmt_ratio(rs, floor)} | {fmt_ms(rf)} | {py * 1e3 / fx['records']:.2f} "
+            f"| {rs * 1e3 / fx['records']:.4f} |")
+    out.append("")
+    out.append("### In-process: CPU and memory\n")
+    out.append("| directory | Python CPU ms/scrape | exporter CPU ms/scrape | Python peak RSS MiB | exporter peak RSS MiB "
+               "| exporter p99 ms | unchanged scrape: keys decoded / re-plans |")
+    out.append("|---|---|---|---|---|---|---|")
+    for c in results["cases"]:
+        if "python" not in c:
+            continue
+        p, e = c["python"], c["exporter"]
+        out.append(
+            f"| {c['label']} | {fmt_ms(p['steady_cpu_ms_per_scrape'])} | {fmt_ms(e['steady_cpu_ms_per_scrape'])} "
+            f"| {(p['vm_hwm_kib'] or 0) / 1024:.1f} | {(e['vm_hwm_kib'] or 0) / 1024:.1f} "
+            f"| {fmt_ms(e['scrape_ms']['p99'])} | {e['steady_keys_decoded_max']} / {e['steady_replanned']} |")
+    out.append("")
+    if any("http" in c for c in results["cases"]):
+        out.append("### Over HTTP (loopback, Prometheus's Accept header, gzip)\n")
+        out.append("| directory | server | conc. | scrapes | scrapes/s | p50 ms | p99 ms | CPU ms/scrape "
+                   "| peak RSS MiB | p50 ratio | CPU ratio |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+        for c in results["cases"]:
+            h = c.get("http")
+            if not h:
+                continue
+            for conc in results["settings"]["concurrency"]:
+                py, rs = h.get(f"python_c{conc}"), h.get(f"exporter_c{conc}")
+                for name, r in (("python", py), ("exporter", rs)):
+                    if not r:
+                        continue
+                    ratio_lat = fmt_ratio(py["latency_ms"]["p50"], rs["latency_ms"]["p50"]) if name == "exporter" else ""
+                    ratio_cpu = fmt_ratio(py["cpu_ms_per_scrape"], rs["cpu_ms_per_scrape"]) if name == "exporter" else ""
+                    out.append(
+                        f"| {c['label']} | {name} | {conc} | {r['requests']} | {r['requests_per_second']:.0f} "
+                        f"| {fmt_ms(r['latency_ms']['p50'])} | {fmt_ms(r['latency_ms']['p99'])} "
+                        f"| {fmt_ms(r['cpu_ms_per_scrape'])} | {(h.get(name + '_vm_hwm_kib') or 0) / 1024:.1f} "
+                        f"| {ratio_lat} | {ratio_cpu} |")
+        out.append("")
+    if results.get("writers"):
+        out.append("### With writers active (Python processes writing while scraping)\n")
+        out.append("| directory | writers | achieved ops/s | Python idle ms | Python active ms | exporter idle ms "
+                   "| exporter active ms | exporter p99 idle / active ms |")
+        out.append("|---|---|---|---|---|---|---|---|")
+        for w in results["writers"]:
+            ops = sum(r["ops_per_second"] for r in w["writer_reports"])
+            out.append(
+                f"| {w['processes']} + {w['writers']} writers | {w['writers']} x {w['writer_rate']:g} | {ops:.0f} "
+                f"| {fmt_ms(w['idle_python']['scrape_ms']['p50'])} | {fmt_ms(w['active_python']['scrape_ms']['p50'])} "
+                f"| {fmt_ms(w['idle_exporter']['scrape_ms']['p50'])} "
+                f"| {fmt_ms(w['active_exporter']['scrape_ms']['p50'])} "
+                f"| {fmt_ms(w['idle_exporter']['scrape_ms']['p99'])} / "
+                f"{fmt_ms(w['active_exporter']['scrape_ms']['p99'])} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def targets(results):
+    by = {c["label"]: c for c in results["cases"] if "python" in c}
+    t = []
+
+    def add(name, ok, detail):
+        t.append({"target": name, "met": ok, "detail": detail})
+
+    c = by.get("1024")
+    if c:
+        py, rs = c["python"]["scrape_ms"]["p50"], c["exporter"]["scrape_ms"]["p50"]
+        add("1,024 processes: >= 200x faster than prometheus_client", py / rs >= 200,
+            f"{py:.0f} ms vs {rs:.2f} ms = {py / rs:.0f}x")
+        if c.get("floor_ms"):
+            add("1,024 processes: within 3x of streaming the used bytes once", rs / c["floor_ms"] <= 3,
+                f"{rs:.2f} ms vs floor {c['floor_ms']:.2f} ms = {rs / c['floor_ms']:.1f}x")
+    c = by.get("16")
+    if c:
+        py, rs = c["python"]["scrape_ms"]["p50"], c["exporter"]["scrape_ms"]["p50"]
+        add("16 processes: >= 50x faster than prometheus_client", py / rs >= 50,
+            f"{py:.1f} ms vs {rs:.3f} ms = {py / rs:.0f}x")
+        add("16 processes: < 1 ms per scrape in-process", rs < 1.0, f"{rs:.3f} ms")
+        h = c.get("http")
+        if h:
+            rss = (h.get("exporter_vm_hwm_kib") or 0) / 1024
+            add("serving 16 processes: peak RSS < 20 MiB", rss < 20, f"VmHWM {rss:.1f} MiB")
+            rates = {k: v["requests_per_second"] for k, v in h.items()
+                     if k.startswith("exporter_c") and isinstance(v, dict)}
+            best = max(rates.values()) if rates else 0
+            add("serving 16 processes: >= 2,000 scrapes/s over HTTP", best >= 2000,
+                ", ".join(f"{k.split('_')[1]}: {v:.0f}/s" for k, v in sorted(rates.items())))
+    sized = [c for c in results["cases"] if "python" in c and c["dead"] == 0 and c["processes"] >= 16]
+    if len(sized) >= 2:
+        per = [c["exporter"]["scrape_ms"]["p50"] * 1e3 / c["fixture"]["records"] for c in sized]
+        spread = max(per) / min(per)
+        add("cost grows linearly with processes x series (16..1,024: max/min cost per entry <= 2)",
+            spread <= 2, ", ".join(f"{c['label']}: {p * 1e3:.1f} ns" for c, p in zip(sized, per)))
+    no_json = all(c["exporter"]["steady_keys_decoded_max"] == 0 and c["exporter"]["steady_replanned"] == 0
+                  for c in results["cases"] if "exporter" in c)
+    add("unchanged directory: no JSON parsing (no key decoded, no re-plan)", no_json,
+        "checked on every steady-state scrape of every directory")
+    return t
+
+
+def svg_plot(results, path):
+    """Log-log plot of scrape time (ms) against processes x series, hand-written SVG."""
+    import math
+
+    cases = [c for c in results["cases"] if "python" in c and c["dead"] == 0]
+    if len(cases) < 2:
+        return
+    series = [
+        ("prometheus_client 0.26 (Python)", "#d62728", "circle",
+         [(c["fixture"]["records"], c["python"]["scrape_ms"]["p50"]) for c in cases]),
+        ("multiproc-exporter, first scrape (cold reader)", "#ff7f0e", "square",
+         [(c["fixture"]["records"], c["exporter"]["cold_ms"]) for c in cases]),
+        ("multiproc-exporter, steady state (warm reader)", "#1f77b4", "circle",
+         [(c["fixture"]["records"], c["exporter"]["scrape_ms"]["p50"]) for c in cases]),
+        ("open + read every file only", "#7f7f7f", "diamond",
+         [(c["fixture"]["records"], c["read_floor"]["read_ms"]["p50"]) for c in cases if "read_floor" in c]),
+        ("floor: used bytes / memory bandwidth", "#2ca02c", "none",
+         [(c["fixture"]["records"], c["floor_ms"]) for c in cases if c.get("floor_ms")]),
+    ]
+    churn = [c for c in results["cases"] if "python" in c and c["dead"] > 0]
+    points = [p for s in series for p in s[3]]
+    xs = [math.log10(x) for x, _ in points]
+    ys = [math.log10(y) for _, y in points if y > 0]
+    x0, x1 = math.floor(min(xs)), math.ceil(max(xs))
+    y0, y1 = math.floor(min(ys)), math.ceil(max(ys))
+    w, h, ml, mr, mt, mb = 760, 500, 70, 20, 40, 110
+
+    def px(x):
+        return ml + (math.log10(x) - x0) / (x1 - x0) * (w - ml - mr)
+
+    def py(y):
+        return h - mb - (math.log10(y) - y0) / (y1 - y0) * (h - mt - mb)
+
+    o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" '
+         'font-family="sans-serif" font-size="12">',
+         f'<rect width="{w}" height="{h}" fill="white"/>',
+         f'<text x="{w / 2}" y="22" text-anchor="middle" font-size="15">Scrape time vs processes x series '
+         f'(log-log, {results["machine"]["cpus"]} CPUs, median)</text>']
+    for e in range(x0, x1 + 1):
+        x = ml + (e - x0) / (x1 - x0) * (w - ml - mr)
+        o.append(f'<line x1="{x:.1f}" y1="{mt}" x2="{x:.1f}" y2="{h - mb}" stroke="#ddd"/>')
+        o.append(f'<text x="{x:.1f}" y="{h - mb + 16}" text-anchor="middle">1e{e}</text>')
+    for e in range(y0, y1 + 1):
+        y = h - mb - (e - y0) / (y1 - y0) * (h - mt - mb)
+        label = f"{10.0 ** e:g} ms"
+        o.append(f'<line x1="{ml}" y1="{y:.1f}" x2="{w - mr}" y2="{y:.1f}" stroke="#ddd"/>')
+        o.append(f'<text x="{ml - 6}" y="{y + 4:.1f}" text-anchor="end">{label}</text>')
+    o.append(f'<rect x="{ml}" y="{mt}" width="{w - ml - mr}" height="{h - mt - mb}" fill="none" stroke="#333"/>')
+    o.append(f'<text x="{(ml + w - mr) / 2}" y="{h - mb + 34}" text-anchor="middle">'
+             'entries = processes x series per process (~386)</text>')
+    for c in cases:
+        x = px(c["fixture"]["records"])
+        o.append(f'<text x="{x:.1f}" y="{mt + 12}" text-anchor="middle" fill="#555" font-size="10">'
+                 f'{c["processes"]} proc</text>')
+    legend_y = h - mb + 52
+    for i, (name, color, marker, pts) in enumerate(series):
+        if not pts:
+            continue
+        d = " ".join(f"{'M' if j == 0 else 'L'}{px(x):.1f},{py(y):.1f}" for j, (x, y) in enumerate(pts))
+        dash = ' stroke-dasharray="5,4"' if marker == "none" else ""
+        o.append(f'<path d="{d}" fill="none" stroke="{color}" stroke-width="2"{dash}/>')
+        for x, y in pts:
+            cx, cy = px(x), py(y)
+            if marker == "circle":
+                o.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="3.5" fill="{color}"/>')
+            elif marker == "square":
+                o.append(f'<rect x="{cx - 3.5:.1f}" y="{cy - 3.5:.1f}" width="7" height="7" fill="{color}"/>')
+            elif marker == "diamond":
+                o.append(f'<path d="M{cx:.1f},{cy - 4.5:.1f} L{cx + 4.5:.1f},{cy:.1f} L{cx:.1f},{cy + 4.5:.1f} '
+                         f'L{cx - 4.5:.1f},{cy:.1f} Z" fill="{color}"/>')
+        lx = ml + (i % 2) * 330
+        ly = legend_y + (i // 2) * 18
+        o.append(f'<line x1="{lx}" y1="{ly - 4}" x2="{lx + 24}" y2="{ly - 4}" stroke="{color}" stroke-width="2"{dash}/>')
+        o.append(f'<text x="{lx + 30}" y="{ly}">{name}</text>')
+    for c in churn:
+        for value, color in ((c["python"]["scrape_ms"]["p50"], "#d62728"),
+                             (c["exporter"]["scrape_ms"]["p50"], "#1f77b4")):
+            cx, cy = px(c["fixture"]["records"]), py(value)
+            o.append(f'<text x="{cx:.1f}" y="{cy + 4:.1f}" text-anchor="middle" fill="{color}" '
+                     'font-size="14" font-weight="bold">x</text>')
+    if churn:
+        ly = legend_y + ((len(series) + 1) // 2) * 18
+        o.append(f'<text x="{ml}" y="{ly}">x: high churn ({churn[0]["processes"]} live + {churn[0]["dead"]} dead '
+                 'processes), Python red, exporter blue</text>')
+    o.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(o) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# Driver
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true",
+                   help="CI smoke test: 16 processes, few iterations, debug build; assert equality and speed")
+    p.add_argument("--sizes", default=None, help="live process counts (default 1,16,64,256,1024; quick: 16)")
+    p.add_argument("--churn", default="16:1024",
+                   help="LIVE:DEAD of the high-churn directory (default 16:1024)")
+    p.add_argument("--no-churn", action="store_true", help="skip the high-churn directory")
+    p.add_argument("--profile", default=None, help="cargo profile of the binaries: release (default) or debug "
+                                                  "(default with --quick)")
+    p.add_argument("--no-build", action="store_true", help="do not run cargo build first")
+    p.add_argument("--out", default=None, help="where to write results (default docs/performance; "
+                                               "with --quick nothing is written unless given)")
+    p.add_argument("--workdir", default=None, help="where to generate fixtures (default: a new temporary dir)")
+    p.add_argument("--keep", action="store_true", help="keep the generated fixtures")
+    p.add_argument("--skip-http", action="store_true")
+    p.add_argument("--skip-writers", action="store_true")
+    p.add_argument("--writers", type=int, default=4, help="Python writer processes (default 4)")
+    p.add_argument("--writer-rate", type=float, default=20000.0,
+                   help="operations per second per writer (default 20000)")
+    p.add_argument("--writer-sizes", default="16,256", help="directories measured with writers active")
+    args = p.parse_args(argv)
+    quick = args.quick
+    args.profile = args.profile or ("debug" if quick else "release")
+    args.sizes = [int(s) for s in (args.sizes or ("16" if quick else "1,16,64,256,1024")).split(",") if s]
+    args.writer_sizes = [int(s) for s in args.writer_sizes.split(",") if s]
+    if quick:
+        args.no_churn, args.skip_writers = True, True
+    args.py_iterations, args.py_seconds = (10, 2.0) if quick else (100, 8.0)
+    args.rs_iterations, args.rs_seconds = (100, 1.0) if quick else (2000, 3.0)
+    args.concurrency = [1] if quick else [1, 8]
+    args.py_http = (10, 2.0) if quick else (400, 8.0)     # (requests, seconds)
+    args.rs_http = (200, 1.0) if quick else (50000, 5.0)
+    if args.out is None and not quick:
+        args.out = os.path.join(ROOT, "docs", "performance")
+    return args
+
+
+def main(argv):
+    if argv and argv[0] in ("_py_inproc", "_py_server", "_py_writer"):
+        {"_py_inproc": child_py_inproc, "_py_server": child_py_server,
+         "_py_writer": child_py_writer}[argv[0]](argv[1:])
+        return 0
+    args = parse_args(argv)
+    start = time.time()
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        log("compare.py: prometheus_client is missing: run scripts/setup-python-venv and use target/venv/bin/python")
+        return 2
+    if not args.no_build:
+        cmd = ["cargo", "build", "--quiet", "--examples", "--bins"] + (["--release"] if args.profile == "release" else [])
+        log("$ " + " ".join(cmd))
+        subprocess.run(cmd, check=True, cwd=ROOT)
+    tools = Tools(args.profile)
+    workdir = args.workdir or tempfile.mkdtemp(prefix="mpe-compare-")
+    os.makedirs(workdir, exist_ok=True)
+    results = {"machine": machine_info(tools.python), "settings": {
+        "profile": args.profile, "quick": args.quick, "concurrency": args.concurrency,
+        "python_iterations": args.py_iterations, "python_seconds": args.py_seconds,
+        "exporter_iterations": args.rs_iterations, "exporter_seconds": args.rs_seconds,
+        "python_http": args.py_http, "exporter_http": args.rs_http, "workdir_fs": fs_type(workdir),
+        "accept": PROMETHEUS_ACCEPT}}
+    checks = []
+    try:
+        if not args.quick:
+            log("== memory bandwidth")
+            results["membw"] = run_json([tools.bench, "--membw"])
+        else:
+            results["membw"] = run_json([tools.bench, "--membw", "--mib", "64"])
+        cases = [(str(n), n, 0) for n in args.sizes]
+        if not args.no_churn:
+            live, dead = (int(x) for x in args.churn.split(":"))
+            cases.append((f"churn_{live}+{dead}dead", live, dead))
+        results["cases"] = []
+        for label, processes, dead in cases:
+            c = measure_case(tools, args, label, processes, dead, workdir, results["membw"])
+            results["cases"].append(c)
+            checks.append((f"{label}: library, dump and Python give the same bytes", c["equal_inprocess"]["equal"],
+                           "; ".join(c["equal_inprocess"]["problems"])))
+            if "equal_http" in c:
+                checks.append((f"{label}: same body over HTTP (Prometheus Accept, gzip)", c["equal_http"]["equal"],
+                               "; ".join(c["equal_http"]["problems"])))
+            if "python" in c:
+                py, rs = c["python"]["scrape_ms"]["p50"], c["exporter"]["scrape_ms"]["p50"]
+                checks.append((f"{label}: exporter faster than Python in-process", rs < py,
+                               f"{rs:.3f} ms vs {py:.3f} ms"))
+                e = c["exporter"]
+                checks.append((f"{label}: unchanged directory decodes no key and does not re-plan",
+                               e["steady_keys_decoded_max"] == 0 and e["steady_replanned"] == 0,
+                               f"keys {e['steady_keys_decoded_max']}, re-plans {e['steady_replanned']}"))
+            if "http" in c:
+                py, rs = c["http"]["python_c1"]["latency_ms"]["p50"], c["http"]["exporter_c1"]["latency_ms"]["p50"]
+                checks.append((f"{label}: exporter faster than Python over HTTP", rs < py,
+                               f"{rs:.3f} ms vs {py:.3f} ms"))
+            log(f"   done ({time.time() - start:.0f} s so far)")
+        if not args.skip_writers:
+            results["writers"] = [measure_writers(tools, args, n, workdir) for n in args.writer_sizes]
+    finally:
+        if not args.keep and not args.workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+    results["seconds"] = time.time() - start
+    results["checks"] = [{"check": n, "ok": ok, "detail": d} for n, ok, d in checks]
+    if not args.quick:
+        results["targets"] = targets(results)
+    table = tables(results)
+    print(table)
+    if results.get("targets"):
+        print("### Targets (issue 4)\n")
+        for t in results["targets"]:
+            print(f"- [{'met' if t['met'] else 'NOT met'}] {t['target']}: {t['detail']}")
+        print()
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "results.json"), "w") as f:
+            json.dump(results, f, indent=1, sort_keys=True)
+            f.write("\n")
+        with open(os.path.join(args.out, "results.md"), "w") as f:
+            f.write("<!-- Generated by scripts/compare.py; do not edit. -->\n")
+            m = results["machine"]
+            f.write(f"Machine: {m['cpus']} x {m['cpu']}, {m['memory_mib']} MiB, Linux {m['kernel']}; "
+                    f"Python {m['python']}, prometheus_client {m['prometheus_client']}; {m['rustc']}; "
+                    f"commit {m['commit']}{' (src modified)' if m['src_dirty'] else ''}; {m['date']}. "
+                    f"Memory read bandwidth {results['membw']['read_gb_s']:.1f} GB/s "
+                    f"(copy {results['membw']['copy_gb_s']:.1f} GB/s). Fixtures on {results['settings']['workdir_fs']}."
+                    f"\n\n")
+            f.write(table + "\n")
+            if results.get("targets"):
+                f.write("### Targets (issue 4)\n\n")
+                for t in results["targets"]:
+                    f.write(f"- [{'met' if t['met'] else 'NOT met'}] {t['target']}: {t['detail']}\n")
+        svg_plot(results, os.path.join(args.out, "scaling.svg"))
+        log(f"wrote {args.out}/results.json, results.md, scaling.svg")
+    failed = [c for c in checks if not c[1]]
+    for name, ok, detail in checks:
+        print(f"{'ok  ' if ok else 'FAIL'} {name}" + (f" ({detail})" if detail else ""))
+    print(f"compare: {len(checks) - len(failed)} passed, {len(failed)} failed")
+    log(f"total {time.time() - start:.0f} s")
+    return 1 if failed else 0
+
+
+def fs_type(path):
+    try:
+        out = subprocess.run(["stat", "-f", "-c", "%T", path], capture_output=True, text=True, check=True)
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
