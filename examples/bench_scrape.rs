@@ -14,12 +14,15 @@
 
 use std::fs::File;
 use std::hint::black_box;
+use std::io::Write as _;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
+use flate2::write::GzEncoder;
+use flate2::Compression;
 use multiproc_exporter::encode::{encode, Escaping, Format};
 use multiproc_exporter::source::{CollectStats, Input, Reader};
 use serde_json::{json, Value};
@@ -51,6 +54,9 @@ struct Args {
     /// Write the last encoded body here.
     #[arg(long)]
     output: Option<PathBuf>,
+    /// Also time gzip (level "fast", as `serve` does) of each body, reported separately.
+    #[arg(long)]
+    gzip: bool,
     /// Measure memory bandwidth instead.
     #[arg(long)]
     membw: bool,
@@ -109,6 +115,8 @@ fn scrape_loop(args: &Args) -> Result<Value, String> {
     let mut total = Vec::with_capacity(args.iterations);
     let mut collect = Vec::with_capacity(args.iterations);
     let mut encoding = Vec::with_capacity(args.iterations);
+    let mut gzipping = Vec::new();
+    let mut gzip_bytes = 0;
     let mut keys_decoded_max = 0;
     let mut replanned = 0;
     let mut problems_max = 0;
@@ -126,6 +134,14 @@ fn scrape_loop(args: &Args) -> Result<Value, String> {
         total.push(t2 - t0);
         collect.push(t1 - t0);
         encoding.push(t2 - t1);
+        if args.gzip {
+            let t = Instant::now();
+            let mut encoder =
+                GzEncoder::new(Vec::with_capacity(body.len() / 4 + 64), Compression::fast());
+            encoder.write_all(&body).map_err(|e| e.to_string())?;
+            gzip_bytes = black_box(encoder.finish().map_err(|e| e.to_string())?).len();
+            gzipping.push(t.elapsed());
+        }
         keys_decoded_max = keys_decoded_max.max(c.stats.keys_decoded);
         replanned += usize::from(c.stats.replanned);
         problems_max = problems_max.max(c.problems.len());
@@ -136,7 +152,7 @@ fn scrape_loop(args: &Args) -> Result<Value, String> {
     if let Some(path) = &args.output {
         std::fs::write(path, &body).map_err(|e| format!("{}: {e}", path.display()))?;
     }
-    Ok(json!({
+    let mut result = json!({
         "cold_ms": ms(cold_total),
         "cold_collect_ms": ms(cold_collect),
         "cold_stats": stats_json(&cold_stats),
@@ -153,10 +169,16 @@ fn scrape_loop(args: &Args) -> Result<Value, String> {
         "families": families,
         "output_bytes": body.len(),
         "vm_hwm_kib": vm_hwm_kib(),
-    }))
+    });
+    if args.gzip {
+        result["gzip_ms"] = summary(&gzipping);
+        result["gzip_bytes"] = json!(gzip_bytes);
+    }
+    Ok(result)
 }
 
-/// Opens and reads every listed file's used bytes, as a lower bound for a `pread` design.
+/// Lists, opens and reads every file's used bytes (`read_ms`), and reads them again through
+/// descriptors kept open (`open_fds_read_ms`): lower bounds for `pread` designs.
 fn read_floor(args: &Args) -> Result<Value, String> {
     let mut buffer = Vec::new();
     let mut times = Vec::new();
@@ -183,11 +205,39 @@ fn read_floor(args: &Args) -> Result<Value, String> {
         black_box(&buffer);
         times.push(t0.elapsed());
     }
+    // The same with descriptors kept open and sizes known: one `pread` per file, no listing.
+    let mut open = Vec::new();
+    for dir in &args.dir {
+        let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension().is_some_and(|e| e == "db") {
+                let file = File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+                let used = read_used(&path, &mut buffer).map_err(|e| e.to_string())?;
+                open.push((file, used as usize));
+            }
+        }
+    }
+    let mut open_times = Vec::new();
+    let loop_start = Instant::now();
+    while open_times.len() < args.iterations
+        && (open_times.is_empty() || loop_start.elapsed().as_secs_f64() < args.max_seconds)
+    {
+        let t0 = Instant::now();
+        for (file, used) in &open {
+            buffer.resize(*used, 0);
+            file.read_exact_at(&mut buffer, 0)
+                .map_err(|e| e.to_string())?;
+        }
+        black_box(&buffer);
+        open_times.push(t0.elapsed());
+    }
     Ok(json!({
         "iterations": times.len(),
         "files": files,
         "used_bytes": bytes,
         "read_ms": summary(&times),
+        "open_fds_read_ms": summary(&open_times),
     }))
 }
 

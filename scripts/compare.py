@@ -370,13 +370,21 @@ def check_equal_http(tools, servers, scratch):
     return {"equal": not problems, "problems": problems, **{k: v for k, v in meta.items()}}
 
 
+def children_cpu_seconds():
+    import resource
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def http_load(tools, proc, port, concurrency, requests, max_seconds):
     cpu0 = cpu_seconds(proc.pid)
+    client0 = children_cpu_seconds()
     result = run_json([tools.load, "--url", f"http://127.0.0.1:{port}/metrics",
                        "--concurrency", str(concurrency), "--requests", str(requests),
                        "--max-seconds", str(max_seconds)]
                       + [a for h in PROMETHEUS_HEADERS for a in ("--header", h)], timeout=900)
     cpu = cpu_seconds(proc.pid) - cpu0
+    result["client_cpu_s"] = children_cpu_seconds() - client0
     result["server_cpu_s"] = cpu
     result["cpu_ms_per_scrape"] = cpu * 1e3 / max(1, result["requests"])
     return result
@@ -404,6 +412,9 @@ def measure_case(tools, args, label, processes, dead, workdir, membw):
     case["exporter"] = run_json([tools.bench, "--dir", directory, "--iterations", str(args.rs_iterations),
                                  "--max-seconds", str(args.rs_seconds)])
     if not args.quick:
+        # What the HTTP path adds: the OpenMetrics encoder Prometheus negotiates, and gzip.
+        case["exporter_openmetrics_gzip"] = run_json([tools.bench, "--dir", directory, "--iterations", "500",
+                                                      "--max-seconds", "1", "--format", "openmetrics", "--gzip"])
         case["read_floor"] = run_json([tools.bench, "--dir", directory, "--read-floor", "--iterations", "50",
                                        "--max-seconds", "2"])
     if not args.skip_http:
@@ -496,8 +507,9 @@ def tables(results):
     out = []
     out.append("### In-process: one scrape (read + merge + encode), median over the steady state\n")
     out.append("| directory | files | series (entries) | used MB | Python ms | exporter cold ms | exporter ms "
-               "| ratio | floor ms | exporter / floor | open+read only ms | Python µs/entry | exporter µs/entry |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+               "| ratio | floor ms | exporter / floor | open+read only ms | pread, fds kept open ms | Python µs/entry "
+               "| exporter µs/entry |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for c in results["cases"]:
         if "python" not in c:
             continue
@@ -506,10 +518,11 @@ def tables(results):
         rs = c["exporter"]["scrape_ms"]["p50"]
         floor = c.get("floor_ms")
         rf = c.get("read_floor", {}).get("read_ms", {}).get("p50")
+        rfo = c.get("read_floor", {}).get("open_fds_read_ms", {}).get("p50")
         out.append(
             f"| {c['label']} | {fx['files']} | {fx['records']} | {fx['used_bytes'] / 1e6:.1f} | {fmt_ms(py)} "
             f"| {fmt_ms(c['exporter']['cold_ms'])} | {fmt_ms(rs)} | {fmt_ratio(py, rs)} | {fmt_ms(floor)} "
-            f"| {fmt_ratio(rs, floor)} | {fmt_ms(rf)} | {py * 1e3 / fx['records']:.2f} "
+            f"| {fmt_ratio(rs, floor)} | {fmt_ms(rf)} | {fmt_ms(rfo)} | {py * 1e3 / fx['records']:.2f} "
             f"| {rs * 1e3 / fx['records']:.4f} |")
     out.append("")
     out.append("### In-process: CPU and memory\n")
@@ -528,8 +541,8 @@ def tables(results):
     if any("http" in c for c in results["cases"]):
         out.append("### Over HTTP (loopback, Prometheus's Accept header, gzip)\n")
         out.append("| directory | server | conc. | scrapes | scrapes/s | p50 ms | p99 ms | CPU ms/scrape "
-                   "| peak RSS MiB | p50 ratio | CPU ratio |")
-        out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+                   "| peak RSS MiB | p50 ratio | CPU ratio | load generator CPU ms/scrape |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for c in results["cases"]:
             h = c.get("http")
             if not h:
@@ -545,7 +558,8 @@ def tables(results):
                         f"| {c['label']} | {name} | {conc} | {r['requests']} | {r['requests_per_second']:.0f} "
                         f"| {fmt_ms(r['latency_ms']['p50'])} | {fmt_ms(r['latency_ms']['p99'])} "
                         f"| {fmt_ms(r['cpu_ms_per_scrape'])} | {(h.get(name + '_vm_hwm_kib') or 0) / 1024:.1f} "
-                        f"| {ratio_lat} | {ratio_cpu} |")
+                        f"| {ratio_lat} | {ratio_cpu} "
+                        f"| {fmt_ms(r.get('client_cpu_s', 0) * 1e3 / max(1, r['requests']))} |")
         out.append("")
     if results.get("writers"):
         out.append("### With writers active (Python processes writing while scraping)\n")
@@ -622,8 +636,11 @@ def svg_plot(results, path):
          [(c["fixture"]["records"], c["exporter"]["cold_ms"]) for c in cases]),
         ("multiproc-exporter, steady state (warm reader)", "#1f77b4", "circle",
          [(c["fixture"]["records"], c["exporter"]["scrape_ms"]["p50"]) for c in cases]),
-        ("open + read every file only", "#7f7f7f", "diamond",
+        ("list + open + pread every file, nothing else", "#7f7f7f", "diamond",
          [(c["fixture"]["records"], c["read_floor"]["read_ms"]["p50"]) for c in cases if "read_floor" in c]),
+        ("pread every file through descriptors kept open", "#9467bd", "diamond",
+         [(c["fixture"]["records"], c["read_floor"]["open_fds_read_ms"]["p50"]) for c in cases
+          if "open_fds_read_ms" in c.get("read_floor", {})]),
         ("floor: used bytes / memory bandwidth", "#2ca02c", "none",
          [(c["fixture"]["records"], c["floor_ms"]) for c in cases if c.get("floor_ms")]),
     ]
@@ -633,7 +650,7 @@ def svg_plot(results, path):
     ys = [math.log10(y) for _, y in points if y > 0]
     x0, x1 = math.floor(min(xs)), math.ceil(max(xs))
     y0, y1 = math.floor(min(ys)), math.ceil(max(ys))
-    w, h, ml, mr, mt, mb = 760, 500, 70, 20, 40, 110
+    w, h, ml, mr, mt, mb = 760, 560, 70, 20, 40, 140
 
     def px(x):
         return ml + (math.log10(x) - x0) / (x1 - x0) * (w - ml - mr)
@@ -741,6 +758,11 @@ def parse_args(argv):
 
 
 def main(argv):
+    if argv and argv[0] == "_plot":
+        # Re-draw the plot from a results.json: _plot RESULTS.json OUT.svg
+        with open(argv[1]) as f:
+            svg_plot(json.load(f), argv[2])
+        return 0
     if argv and argv[0] in ("_py_inproc", "_py_server", "_py_writer"):
         {"_py_inproc": child_py_inproc, "_py_server": child_py_server,
          "_py_writer": child_py_writer}[argv[0]](argv[1:])
