@@ -866,11 +866,14 @@ def main(argv):
 
 
 def fs_type(path):
-    try:
-        out = subprocess.run(["stat", "-f", "-c", "%T", path], capture_output=True, text=True, check=True)
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
+    # findmnt names ext4 correctly; `stat -f` reports it as "ext2/ext3".
+    for cmd in (["findmnt", "-n", "-o", "FSTYPE", "-T", path], ["stat", "-f", "-c", "%T", path]):
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+            return out.stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            continue
+    return None
 
 
 if __name__ == "__main__":
