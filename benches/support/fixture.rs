@@ -30,29 +30,12 @@ pub(crate) const LIVE_PID_BASE: u64 = 10_000;
 /// First pid of the dead processes.
 pub(crate) const DEAD_PID_BASE: u64 = 100_000;
 
-/// `request_latency` (buckets.py L30-52).
-const REQUEST_LATENCY: &[f64] = &[
-    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
-    480.0, 960.0, 1920.0, 7680.0,
-];
-/// `time_to_first_token` (L57-80).
-const TTFT: &[f64] = &[
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
-];
-/// `inter_token_latency` (L84-104).
-const ITL: &[f64] = &[
-    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
-    40.0, 80.0,
-];
-/// `iteration_tokens` (L107-121).
-const ITERATION_TOKENS: &[f64] = &[
-    1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0,
-];
-/// `request_params_n` (L125).
-const PARAMS_N: &[f64] = &[1.0, 2.0, 5.0, 10.0, 20.0];
-/// `request_num_preemptions` (L128).
-const NUM_PREEMPTIONS: &[f64] = &[1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0];
+/// vLLM's bucket sets (`vllm/v1/metrics/buckets.py`), shared with the demo.
+use multiproc_exporter::demo::{
+    ITERATION_TOKENS_BUCKETS as ITERATION_TOKENS, ITL_BUCKETS as ITL,
+    NUM_PREEMPTIONS_BUCKETS as NUM_PREEMPTIONS, PARAMS_N_BUCKETS as PARAMS_N,
+    REQUEST_LATENCY_BUCKETS as REQUEST_LATENCY, TTFT_BUCKETS as TTFT,
+};
 /// `request_tokens`: `build_1_2_5_buckets(8192)`.
 const REQUEST_TOKENS: &[f64] = &[
     1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0,
