@@ -8,7 +8,9 @@
 //! replaced or extended, and evaluates the merge on the current values.
 //!
 //! Files are read with `pread`, never mapped, so a file truncated by another
-//! process cannot raise SIGBUS here. Files are opened read-only and
+//! process cannot raise SIGBUS here. Descriptors stay open between
+//! collections (up to half the open-file limit), so reading an unchanged file
+//! costs one `stat` (which also notices a replaced file) and one `pread`. Files are opened read-only and
 //! non-blocking (a FIFO named `*.db` cannot stall a scrape), and anything that
 //! is not a regular file is skipped. A file that cannot be read or parsed is
 //! left out whole and reported as a [`Problem`]; everything else is merged as
@@ -186,6 +188,9 @@ struct CachedFile {
     failed: Option<(usize, SkipReason)>,
     /// Seen in the current collection.
     seen: bool,
+    /// The descriptor kept open across collections (within the budget), so a
+    /// steady-state read is one `stat` and one `pread`.
+    file: Option<File>,
 }
 
 /// Reads inputs incrementally and merges them; keep one per set of inputs.
@@ -197,6 +202,8 @@ pub struct Reader {
     plan: Option<(Vec<u64>, MergePlan)>,
     plan_problems: Vec<(u64, MergeError)>,
     buffer: Vec<u8>,
+    /// How many more descriptors this collection may keep open.
+    keep_open_budget: usize,
 }
 
 impl Reader {
@@ -218,6 +225,8 @@ impl Reader {
         let paths = list_inputs(inputs, &mut stats, &mut problems);
         stats.files_listed = paths.len();
         let keys_before = self.store.len();
+        let kept_open = self.files.values().filter(|c| c.file.is_some()).count();
+        self.keep_open_budget = descriptor_budget().saturating_sub(kept_open);
         for cached in self.files.values_mut() {
             cached.seen = false;
         }
@@ -310,8 +319,10 @@ impl Reader {
             .map(OsStr::to_string_lossy)
             .unwrap_or_default();
         let name = FileName::parse(&base_name);
-        let file = open_read_only(path)?;
-        let meta = file.metadata().map_err(io_reason)?;
+        // `stat` first: it follows links like `open`, rules out FIFOs and
+        // directories without opening them, and tells whether the descriptor
+        // kept from the last collection still belongs to this path.
+        let meta = std::fs::metadata(path).map_err(io_reason)?;
         if !meta.file_type().is_file() {
             return Err(SkipReason::NotRegularFile);
         }
@@ -321,6 +332,24 @@ impl Reader {
                 prefix: name.type_prefix,
             }));
         }
+        let kept = self
+            .files
+            .get_mut(path)
+            .filter(|c| c.device == meta.dev() && c.inode == meta.ino())
+            .and_then(|c| c.file.take());
+        let reused = kept.is_some();
+        let (file, meta) = match kept {
+            Some(file) => (file, meta),
+            None => {
+                let file = open_read_only(path)?;
+                // The path may have been replaced since `stat`: trust the descriptor.
+                let meta = file.metadata().map_err(io_reason)?;
+                if !meta.file_type().is_file() {
+                    return Err(SkipReason::NotRegularFile);
+                }
+                (file, meta)
+            }
+        };
         let file_len = usize::try_from(meta.len()).unwrap_or(usize::MAX);
 
         // One read in the steady state: as much as was used last time (at least
@@ -368,6 +397,7 @@ impl Reader {
                     generation,
                     failed: None,
                     seen: true,
+                    file: None,
                 },
             );
         }
@@ -410,6 +440,12 @@ impl Reader {
             cached.generation = self.next_generation;
             self.next_generation += 1;
         }
+        if reused || self.keep_open_budget > 0 {
+            if !reused {
+                self.keep_open_budget -= 1;
+            }
+            cached.file = Some(file);
+        }
         cached.values.clear();
         cached.values.extend(
             cached
@@ -419,6 +455,22 @@ impl Reader {
         );
         Ok(())
     }
+}
+
+/// How many metric files may stay open between collections: half the soft
+/// `RLIMIT_NOFILE` (from `/proc/self/limits`), leaving the rest for sockets
+/// and everything else. Files beyond the budget are opened on each collection.
+fn descriptor_budget() -> usize {
+    static BUDGET: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *BUDGET.get_or_init(|| {
+        let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+        let soft = limits
+            .lines()
+            .find(|l| l.starts_with("Max open files"))
+            .and_then(|l| l.split_whitespace().nth(3))
+            .map_or(Some(1024), |v| v.parse::<usize>().ok());
+        soft.map_or(1 << 20, |soft| soft / 2)
+    })
 }
 
 fn is_live_gauge_path(path: &Path) -> bool {

@@ -166,3 +166,42 @@ fn replaced_truncated_and_deleted_files_are_noticed() {
     assert_eq!(body, "");
     assert_eq!(stats.files_listed, 0);
 }
+
+#[test]
+fn descriptors_stay_open_between_collections_and_close_with_their_files() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Descriptors of this process that point into the test's directory.
+    let open_here = || {
+        std::fs::read_dir("/proc/self/fd")
+            .expect("/proc")
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter(|target| target.starts_with(dir.path()))
+            .count()
+    };
+    for pid in 0..20 {
+        let mut writer = ProcessWriter::new(dir.path(), pid);
+        writer
+            .counter("c", "h", &[])
+            .expect("counter")
+            .inc(&mut writer, 1.0)
+            .expect("inc");
+    }
+    let mut reader = Reader::new();
+    assert_eq!(open_here(), 0);
+    let (body, _) = text(&mut reader, dir.path());
+    assert!(body.contains("c_total 20.0"));
+    assert_eq!(
+        open_here(),
+        20,
+        "the metric files stay open for the next collection"
+    );
+    let (again, _) = text(&mut reader, dir.path());
+    assert_eq!(again, body);
+    assert_eq!(open_here(), 20);
+    for entry in std::fs::read_dir(dir.path()).expect("list") {
+        std::fs::remove_file(entry.expect("entry").path()).expect("delete");
+    }
+    let (empty, _) = text(&mut reader, dir.path());
+    assert_eq!(empty, "");
+    assert_eq!(open_here(), 0, "descriptors of deleted files are closed");
+}
