@@ -201,11 +201,14 @@ fn nixl_bytes_buckets() -> Vec<f64> {
 // Pseudo-random numbers (splitmix64; no dependency)
 // ---------------------------------------------------------------------------------------------
 
+/// A small deterministic pseudo-random generator (SplitMix64), also used by
+/// the benchmark fixtures.
 #[derive(Clone, Debug)]
-struct Rng(u64);
+pub struct Rng(pub u64);
 
 impl Rng {
-    fn next_u64(&mut self) -> u64 {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -214,12 +217,12 @@ impl Rng {
     }
 
     /// Uniform in `[0, 1)`.
-    fn unit(&mut self) -> f64 {
+    pub fn unit(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
     }
 
     /// Uniform in `0..n` (0 if `n == 0`).
-    fn below(&mut self, n: usize) -> usize {
+    pub fn below(&mut self, n: usize) -> usize {
         if n == 0 {
             0
         } else {

@@ -384,28 +384,7 @@ pub(crate) struct Summary {
     pub(crate) file_bytes: u64,
 }
 
-/// A small deterministic generator (SplitMix64).
-#[derive(Clone, Debug)]
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[0, 1)`, 53 bits.
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use multiproc_exporter::demo::Rng;
 
 /// Writes a fresh fixture into `dir` (created if missing; existing `*.db` files of the same
 /// names are overwritten, others are left alone): `processes` live processes with every file
