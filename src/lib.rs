@@ -31,6 +31,7 @@ pub mod file_name;
 pub mod float;
 pub mod key;
 pub mod layout;
+mod mapped;
 pub mod merge;
 pub mod model;
 pub mod negotiate;

@@ -7,10 +7,12 @@
 //! call, reuses the previous merge plan when no file was added, removed,
 //! replaced or extended, and evaluates the merge on the current values.
 //!
-//! Files are read with `pread`, never mapped, so a file truncated by another
-//! process cannot raise SIGBUS here. Descriptors stay open between
-//! collections (up to half the open-file limit), so reading an unchanged file
-//! costs one `stat` (which also notices a replaced file) and one `pread`. Files are opened read-only and
+//! A file is read whole with `pread` the first time and whenever it grew;
+//! after that it stays mapped read-only ([`crate::mapped`], which also guards
+//! against files that shrink under the map), so reading an unchanged file
+//! costs no system call at all: the listing's inode number (from `readdir`)
+//! tells that the path still names the same file, and the `used` header and
+//! the values are loaded straight from the map. Files are opened read-only and
 //! non-blocking (a FIFO named `*.db` cannot stall a scrape), and anything that
 //! is not a regular file is skipped. A file that cannot be read or parsed is
 //! left out whole and reported as a [`Problem`]; everything else is merged as
@@ -19,14 +21,15 @@
 use std::ffi::OsStr;
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirEntryExt, FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use rustc_hash::FxHashMap;
 
 use crate::file_name::{is_listed_name, FileName};
 use crate::key::KeyError;
-use crate::layout::{read_used, read_value, scan_records, LayoutError, HEADER_LEN};
+use crate::layout::{read_used, read_value, scan_records, LayoutError, HEADER_LEN, VALUE_LEN};
+use crate::mapped::MappedFile;
 use crate::merge::{plan, KeyId, KeyStore, MergeError, MergePlan, PlanInput};
 use crate::model::MetricFamily;
 
@@ -188,9 +191,20 @@ struct CachedFile {
     failed: Option<(usize, SkipReason)>,
     /// Seen in the current collection.
     seen: bool,
-    /// The descriptor kept open across collections (within the budget), so a
-    /// steady-state read is one `stat` and one `pread`.
-    file: Option<File>,
+    /// Check the path with `stat` before trusting the map again.
+    recheck: bool,
+    /// The file mapped read-only (within the process-wide budget of maps),
+    /// so that a steady-state read is a few loads and no system call.
+    map: Option<MappedFile>,
+}
+
+/// A file to read, as listed.
+#[derive(Debug)]
+struct Listed {
+    path: PathBuf,
+    /// The inode number `readdir` gave for an entry that is a regular file
+    /// (not a link), which identifies the file without a `stat`.
+    inode: Option<u64>,
 }
 
 /// Reads inputs incrementally and merges them; keep one per set of inputs.
@@ -202,8 +216,6 @@ pub struct Reader {
     plan: Option<(Vec<u64>, MergePlan)>,
     plan_problems: Vec<(u64, MergeError)>,
     buffer: Vec<u8>,
-    /// How many more descriptors this collection may keep open.
-    keep_open_budget: usize,
 }
 
 impl Reader {
@@ -217,6 +229,28 @@ impl Reader {
         self.store.len()
     }
 
+    /// Makes the next collection check `path` with a `stat` before trusting
+    /// its map: call it when the file may have been truncated in place (the
+    /// server does on every inotify modification event for a metric file).
+    ///
+    /// Values are read through the map without any system call, so a file
+    /// that another process shrinks in place (prometheus_client never does)
+    /// is noticed by the fault it causes only when a whole page disappears;
+    /// this check notices every size change.
+    pub fn recheck(&mut self, path: &Path) {
+        if let Some(cached) = self.files.get_mut(path) {
+            cached.recheck = true;
+        }
+    }
+
+    /// [`Self::recheck`] for every file (the server calls it on its periodic
+    /// rescan, for file systems that deliver no events).
+    pub fn recheck_all(&mut self) {
+        for cached in self.files.values_mut() {
+            cached.recheck = true;
+        }
+    }
+
     /// Lists, reads and merges `inputs` (in order; directories expanded in
     /// `readdir` order in place).
     pub fn collect(&mut self, inputs: &[Input]) -> Collection {
@@ -225,8 +259,6 @@ impl Reader {
         let paths = list_inputs(inputs, &mut stats, &mut problems);
         stats.files_listed = paths.len();
         let keys_before = self.store.len();
-        let kept_open = self.files.values().filter(|c| c.file.is_some()).count();
-        self.keep_open_budget = descriptor_budget().saturating_sub(kept_open);
         for cached in self.files.values_mut() {
             cached.seen = false;
         }
@@ -234,8 +266,13 @@ impl Reader {
         // Read every listed file; remember which ones can take part.
         let mut merged: Vec<&Path> = Vec::with_capacity(paths.len());
         let mut merged_positions: Vec<usize> = Vec::with_capacity(paths.len());
-        for (position, path) in paths.iter().enumerate() {
-            match self.refresh(path, &mut stats) {
+        for (position, listed) in paths.iter().enumerate() {
+            let path = &listed.path;
+            let result = match self.read_mapped(listed, &mut stats) {
+                true => Ok(()),
+                false => self.refresh(path, &mut stats),
+            };
+            match result {
                 Ok(()) => {
                     merged.push(path);
                     merged_positions.push(position);
@@ -312,6 +349,49 @@ impl Reader {
         }
     }
 
+    /// The steady-state fast path: when the listed entry is the file mapped
+    /// last time, has not grown and was good, loads its values from the map.
+    /// `false` when the file must be read with [`Self::refresh`].
+    fn read_mapped(&mut self, listed: &Listed, stats: &mut CollectStats) -> bool {
+        let Some(inode) = listed.inode else {
+            return false;
+        };
+        let Some(cached) = self.files.get_mut(&listed.path) else {
+            return false;
+        };
+        if cached.inode != inode || cached.failed.is_some() {
+            return false;
+        }
+        let Some(map) = &cached.map else {
+            return false;
+        };
+        if std::mem::take(&mut cached.recheck) {
+            let same = std::fs::metadata(&listed.path).is_ok_and(|meta| {
+                meta.ino() == inode && usize::try_from(meta.len()).is_ok_and(|len| len >= map.len())
+            });
+            if !same {
+                cached.map = None;
+                return false;
+            }
+        }
+        let used = match map.load_i32(0) {
+            Some(Ok(0)) => HEADER_LEN,
+            Some(Ok(used)) => usize::try_from(used).unwrap_or(0),
+            Some(Err(_)) | None => 0,
+        };
+        let loaded = used == cached.parsed_until
+            && used <= map.len()
+            && map.load_values(&cached.value_offsets, &mut cached.values) == Some(Ok(()));
+        if !loaded {
+            // Grown, shrunk or corrupt: read it again from the file.
+            cached.map = None;
+            return false;
+        }
+        cached.seen = true;
+        stats.bytes_read += (HEADER_LEN + cached.values.len() * VALUE_LEN) as u64;
+        true
+    }
+
     /// Brings the cached state of `path` up to date; `Err` if it must be left out.
     fn refresh(&mut self, path: &Path, stats: &mut CollectStats) -> Result<(), SkipReason> {
         let base_name = path
@@ -332,24 +412,12 @@ impl Reader {
                 prefix: name.type_prefix,
             }));
         }
-        let kept = self
-            .files
-            .get_mut(path)
-            .filter(|c| c.device == meta.dev() && c.inode == meta.ino())
-            .and_then(|c| c.file.take());
-        let reused = kept.is_some();
-        let (file, meta) = match kept {
-            Some(file) => (file, meta),
-            None => {
-                let file = open_read_only(path)?;
-                // The path may have been replaced since `stat`: trust the descriptor.
-                let meta = file.metadata().map_err(io_reason)?;
-                if !meta.file_type().is_file() {
-                    return Err(SkipReason::NotRegularFile);
-                }
-                (file, meta)
-            }
-        };
+        let file = open_read_only(path)?;
+        // The path may have been replaced since `stat`: trust the descriptor.
+        let meta = file.metadata().map_err(io_reason)?;
+        if !meta.file_type().is_file() {
+            return Err(SkipReason::NotRegularFile);
+        }
         let file_len = usize::try_from(meta.len()).unwrap_or(usize::MAX);
 
         // One read in the steady state: as much as was used last time (at least
@@ -397,7 +465,8 @@ impl Reader {
                     generation,
                     failed: None,
                     seen: true,
-                    file: None,
+                    recheck: false,
+                    map: None,
                 },
             );
         }
@@ -440,11 +509,8 @@ impl Reader {
             cached.generation = self.next_generation;
             self.next_generation += 1;
         }
-        if reused || self.keep_open_budget > 0 {
-            if !reused {
-                self.keep_open_budget -= 1;
-            }
-            cached.file = Some(file);
+        if cached.map.as_ref().is_none_or(|m| m.len() != file_len) {
+            cached.map = MappedFile::new(&file, file_len);
         }
         cached.values.clear();
         cached.values.extend(
@@ -455,22 +521,6 @@ impl Reader {
         );
         Ok(())
     }
-}
-
-/// How many metric files may stay open between collections: half the soft
-/// `RLIMIT_NOFILE` (from `/proc/self/limits`), leaving the rest for sockets
-/// and everything else. Files beyond the budget are opened on each collection.
-fn descriptor_budget() -> usize {
-    static BUDGET: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *BUDGET.get_or_init(|| {
-        let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
-        let soft = limits
-            .lines()
-            .find(|l| l.starts_with("Max open files"))
-            .and_then(|l| l.split_whitespace().nth(3))
-            .map_or(Some(1024), |v| v.parse::<usize>().ok());
-        soft.map_or(1 << 20, |soft| soft / 2)
-    })
 }
 
 fn is_live_gauge_path(path: &Path) -> bool {
@@ -484,18 +534,27 @@ fn list_inputs(
     inputs: &[Input],
     stats: &mut CollectStats,
     problems: &mut Vec<(usize, Problem)>,
-) -> Vec<PathBuf> {
+) -> Vec<Listed> {
     let mut paths = Vec::new();
     for input in inputs {
         match input {
-            Input::File(path) => paths.push(path.clone()),
+            Input::File(path) => paths.push(Listed {
+                path: path.clone(),
+                inode: None,
+            }),
             Input::Directory(dir) => match std::fs::read_dir(dir) {
                 Ok(entries) => {
                     stats.directories_present += 1;
                     for entry in entries.flatten() {
                         let name = entry.file_name();
                         if name.to_str().is_some_and(is_listed_name) {
-                            paths.push(entry.path());
+                            // `file_type` comes from `readdir` (no `stat`) on
+                            // the file systems metrics live on.
+                            let regular = entry.file_type().is_ok_and(|t| t.is_file());
+                            paths.push(Listed {
+                                path: entry.path(),
+                                inode: regular.then(|| entry.ino()),
+                            });
                         }
                     }
                 }

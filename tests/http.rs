@@ -507,6 +507,37 @@ fn files_added_changed_and_removed_between_scrapes() {
 }
 
 #[test]
+fn a_file_shrunk_in_place_is_noticed_through_its_file_event() {
+    // Regression test: values are loaded from a long-lived map without any
+    // system call, and a file shrunk in place within its first page keeps
+    // that page mapped (the bytes past the new end read as zeros, no SIGBUS).
+    // The truncation's inotify event must make the next scrapes check it.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    write_counter(dir, "1", 5.0);
+    let (shrunk, _) = write_counter(dir, "2", 7.0);
+    let exporter = Exporter::start(&["--dir", dir.to_str().unwrap()]);
+    assert!(exporter
+        .metrics()
+        .contains("vllm:prompt_tokens_total{model_name=\"m\"} 12.0\n"));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&shrunk)
+        .unwrap()
+        .set_len(12)
+        .unwrap();
+    let body = wait_for("the shrunk file to be reported", || {
+        let body = exporter.metrics();
+        body.contains("multiproc_exporter_scrape_files_skipped{reason=\"bad_header\"} 1.0\n")
+            .then_some(body)
+    });
+    assert!(
+        body.contains("vllm:prompt_tokens_total{model_name=\"m\"} 5.0\n"),
+        "{body}"
+    );
+}
+
+#[test]
 fn a_bad_file_is_skipped_counted_and_logged_once() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();

@@ -148,8 +148,12 @@ fn replaced_truncated_and_deleted_files_are_noticed() {
         "# HELP d_total h\n# TYPE d_total counter\nd_total 5.0\n"
     );
 
-    // Truncated in place to less than its header says: left out, then back when fixed.
+    // Truncated in place to less than its header says: left out, then back
+    // when fixed. The map still covers the old length and the bytes that
+    // remain, so the reader is told to check the file (the server's watcher
+    // does this on the inotify event a truncation produces).
     std::fs::write(&path, &replacement[..40]).expect("truncate");
+    reader.recheck(&path);
     let collection = reader.collect(&[Input::Directory(dir.path().to_path_buf())]);
     assert!(collection.families.is_empty());
     assert_eq!(collection.problems.len(), 1);
@@ -168,14 +172,22 @@ fn replaced_truncated_and_deleted_files_are_noticed() {
 }
 
 #[test]
-fn descriptors_stay_open_between_collections_and_close_with_their_files() {
+fn files_stay_mapped_between_collections_without_descriptors_and_unmap_with_their_files() {
     let dir = tempfile::tempdir().expect("tempdir");
-    // Descriptors of this process that point into the test's directory.
+    let in_dir = |line: &str| line.contains(dir.path().to_str().expect("utf-8 temp dir"));
+    // Descriptors and maps of this process that point into the test's directory.
     let open_here = || {
         std::fs::read_dir("/proc/self/fd")
             .expect("/proc")
             .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
             .filter(|target| target.starts_with(dir.path()))
+            .count()
+    };
+    let mapped_here = || {
+        std::fs::read_to_string("/proc/self/maps")
+            .expect("/proc")
+            .lines()
+            .filter(|l| in_dir(l))
             .count()
     };
     for pid in 0..20 {
@@ -187,21 +199,82 @@ fn descriptors_stay_open_between_collections_and_close_with_their_files() {
             .expect("inc");
     }
     let mut reader = Reader::new();
-    assert_eq!(open_here(), 0);
+    let before = mapped_here();
     let (body, _) = text(&mut reader, dir.path());
     assert!(body.contains("c_total 20.0"));
+    assert_eq!(open_here(), 0, "no descriptor stays open");
     assert_eq!(
-        open_here(),
+        mapped_here() - before,
         20,
-        "the metric files stay open for the next collection"
+        "the metric files stay mapped for the next collection"
     );
-    let (again, _) = text(&mut reader, dir.path());
+    let (again, stats) = text(&mut reader, dir.path());
     assert_eq!(again, body);
-    assert_eq!(open_here(), 20);
+    assert_eq!(stats.keys_decoded, 0);
+    assert_eq!(mapped_here() - before, 20);
     for entry in std::fs::read_dir(dir.path()).expect("list") {
         std::fs::remove_file(entry.expect("entry").path()).expect("delete");
     }
     let (empty, _) = text(&mut reader, dir.path());
     assert_eq!(empty, "");
-    assert_eq!(open_here(), 0, "descriptors of deleted files are closed");
+    assert_eq!(mapped_here(), before, "maps of deleted files are dropped");
+}
+
+#[test]
+fn values_written_through_the_map_after_a_collection_are_read_by_the_next() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut writer = ProcessWriter::new(dir.path(), 7);
+    let counter = writer.counter("c", "h", &[]).expect("counter");
+    counter.inc(&mut writer, 1.0).expect("inc");
+    let mut reader = Reader::new();
+    let (body, _) = text(&mut reader, dir.path());
+    assert!(body.contains("c_total 1.0\n"), "{body}");
+    for i in 2..50 {
+        counter.inc(&mut writer, 1.0).expect("inc");
+        let (body, stats) = text(&mut reader, dir.path());
+        assert!(body.contains(&format!("c_total {i}.0\n")), "{body}");
+        assert_eq!(stats.keys_decoded, 0);
+    }
+}
+
+#[test]
+fn file_shrunk_under_its_map_is_reported_not_fatal() {
+    // Regression test for the SIGBUS a load from a mapped page past the end
+    // of a shrunk file raises: the reader must survive and report the file.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("counter_1.db");
+    let records: Vec<(String, f64, f64)> = (0..400)
+        .map(|i| {
+            (
+                format!(r#"["c", "c_total", {{"i": "{i:0>200}"}}, "h"]"#),
+                1.0,
+                0.0,
+            )
+        })
+        .collect();
+    let borrowed: Vec<(&str, f64, f64)> = records
+        .iter()
+        .map(|(k, v, t)| (k.as_str(), *v, *t))
+        .collect();
+    let bytes = multiproc_exporter::writer::file_bytes(&borrowed);
+    assert!(bytes.len() > 3 * 4096);
+    std::fs::write(&path, &bytes).expect("write");
+    let mut reader = Reader::new();
+    let (body, _) = text(&mut reader, dir.path());
+    assert_eq!(body.matches("c_total{").count(), 400);
+    // Shrink in place to one page: the values on the later pages are gone.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open")
+        .set_len(4096)
+        .expect("truncate");
+    let collection = reader.collect(&[Input::Directory(dir.path().to_path_buf())]);
+    assert!(collection.families.is_empty());
+    assert_eq!(collection.problems.len(), 1, "{:?}", collection.problems);
+    assert_eq!(collection.problems[0].reason.label(), "bad_header");
+    // Restored: served again.
+    std::fs::write(&path, &bytes).expect("restore");
+    let (body, _) = text(&mut reader, dir.path());
+    assert_eq!(body.matches("c_total{").count(), 400);
 }

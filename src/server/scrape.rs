@@ -35,7 +35,19 @@ pub(crate) struct Scraper {
     state: Mutex<ScrapeState>,
     in_flight: Mutex<InFlight>,
     finished: Condvar,
+    rechecks: Mutex<Rechecks>,
 }
+
+/// Files the watcher saw modified since the last collection: their maps are
+/// checked with `stat` before being trusted again (see [`Reader::recheck`]).
+#[derive(Debug, Default)]
+struct Rechecks {
+    all: bool,
+    paths: HashSet<PathBuf>,
+}
+
+/// Beyond this many pending paths, every file is rechecked instead.
+const MAX_PENDING_RECHECKS: usize = 4096;
 
 /// The collection currently running, if any, and the last result.
 #[derive(Debug, Default)]
@@ -74,7 +86,28 @@ impl Scraper {
             state: Mutex::new(ScrapeState::default()),
             in_flight: Mutex::new(InFlight::default()),
             finished: Condvar::new(),
+            rechecks: Mutex::new(Rechecks::default()),
         }
+    }
+
+    /// Has the next collection check these files with `stat` before
+    /// trusting their maps (they were modified: truncated, grown, replaced).
+    pub(crate) fn recheck(&self, paths: impl IntoIterator<Item = PathBuf>) {
+        let mut rechecks = self.rechecks.lock().unwrap_or_else(|e| e.into_inner());
+        if !rechecks.all {
+            rechecks.paths.extend(paths);
+            if rechecks.paths.len() > MAX_PENDING_RECHECKS {
+                rechecks.all = true;
+                rechecks.paths.clear();
+            }
+        }
+    }
+
+    /// Has the next collection check every file with `stat`.
+    pub(crate) fn recheck_all(&self) {
+        let mut rechecks = self.rechecks.lock().unwrap_or_else(|e| e.into_inner());
+        rechecks.all = true;
+        rechecks.paths.clear();
     }
 
     fn lock(&self) -> MutexGuard<'_, ScrapeState> {
@@ -137,6 +170,15 @@ impl Scraper {
     fn collect(&self, config: &Config, self_metrics: Option<&SelfMetrics>) -> Vec<MetricFamily> {
         let mut state = self.lock();
         let start = Instant::now();
+        let rechecks =
+            std::mem::take(&mut *self.rechecks.lock().unwrap_or_else(|e| e.into_inner()));
+        if rechecks.all {
+            state.reader.recheck_all();
+        } else {
+            for path in &rechecks.paths {
+                state.reader.recheck(path);
+            }
+        }
         let collected = catch_unwind(AssertUnwindSafe(|| state.reader.collect(&self.inputs)));
         let panicked = collected.is_err();
         let Collection {

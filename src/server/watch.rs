@@ -157,6 +157,8 @@ pub(crate) async fn run(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>
             }
             _ = ticker.tick() => {
                 dirty = true;
+                // File systems without events: check every map now and then.
+                shared.scraper.recheck_all();
                 // Also catch configuration changes on filesystems without events.
                 if config_due.is_none() && shared.config_path.is_some() {
                     config_due = Some(Instant::now());
@@ -179,7 +181,9 @@ pub(crate) async fn run(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>
     }
 }
 
-/// What an event means: (directories may have changed, configuration may have changed).
+/// What an event means: (directories may have changed, configuration may
+/// have changed). Metric files modified in place (truncated, grown) are handed
+/// to the scraper to be checked before their maps are trusted again.
 fn classify(
     shared: &Shared,
     config_dir: Option<&Path>,
@@ -190,13 +194,25 @@ fn classify(
         Err(e) => {
             tracing::warn!(error = %e, "File watcher error; rescanning.");
             shared.self_metrics.observe_rescan();
+            shared.scraper.recheck_all();
             return (true, true);
         }
     };
     if event.need_rescan() {
         tracing::info!("File watcher queue overflowed; rescanning.");
         shared.self_metrics.observe_rescan();
+        shared.scraper.recheck_all();
         return (true, true);
+    }
+    if matches!(event.kind, EventKind::Modify(ref kind) if !matches!(kind, ModifyKind::Name(_))) {
+        let metric_file = |p: &&PathBuf| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(is_listed_name)
+        };
+        shared
+            .scraper
+            .recheck(event.paths.iter().filter(metric_file).cloned());
     }
     let structural = matches!(
         event.kind,
