@@ -404,6 +404,38 @@ mod tests {
         assert_eq!(other_map.load_i32(0), Some(Ok(0)));
     }
 
+    /// Run in a child process by `foreign_sigbus_still_terminates_the_process`.
+    #[test]
+    fn child_faults_outside_any_guarded_map() {
+        if std::env::var_os("MPE_SIGBUS_CHILD").is_none() {
+            return;
+        }
+        let page = 4096;
+        let guarded = file_with(&vec![0u8; page]);
+        let _installed = MappedFile::new(&guarded, page).unwrap();
+        let other = file_with(&vec![0u8; 2 * page]);
+        let map = MmapOptions::new().len(2 * page).map_raw_read_only(&other).unwrap();
+        other.set_len(0).unwrap();
+        // SAFETY: in bounds of a live map; the fault this raises (the file
+        // was emptied) is the point of the test.
+        let byte = unsafe { std::ptr::read_volatile(map.as_ptr().add(page)) };
+        panic!("read {byte} from a truncated file without SIGBUS");
+    }
+
+    #[test]
+    fn foreign_sigbus_still_terminates_the_process() {
+        use std::os::unix::process::ExitStatusExt as _;
+        let status = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "mapped::tests::child_faults_outside_any_guarded_map"])
+            .args(["--nocapture", "--test-threads=1"])
+            .env("MPE_SIGBUS_CHILD", "1")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert_eq!(status.signal(), Some(libc::SIGBUS), "{status:?}");
+    }
+
     #[test]
     fn empty_file_is_not_mapped() {
         let file = file_with(&[]);
