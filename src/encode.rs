@@ -259,7 +259,7 @@ fn push_replaced(out: &mut String, name: &str, rune: fn(char, usize) -> bool) {
 
 /// `_escape(s, ALLOWUTF8, ...)`: backslash, newline and double quote.
 fn push_escaped_value(out: &mut String, value: &str) {
-    if !value.contains(['\\', '\n', '"']) {
+    if memchr::memchr3(b'\\', b'\n', b'"', value.as_bytes()).is_none() {
         out.push_str(value);
         return;
     }
@@ -290,21 +290,24 @@ fn without_final_newline(s: &str) -> &str {
 /// `^[a-zA-Z_:][a-zA-Z0-9_:]*$` (Python semantics).
 pub fn is_legacy_metric_name(name: &str) -> bool {
     let body = without_final_newline(name);
+    // Legacy runes are ASCII, so byte positions equal rune positions up to
+    // the first non-ASCII byte, which fails the test anyway.
     !body.is_empty()
         && body
-            .chars()
+            .bytes()
             .enumerate()
-            .all(|(i, c)| is_legacy_metric_rune(c, i))
+            .all(|(i, b)| is_legacy_metric_rune(char::from(b), i))
 }
 
 /// `^[a-zA-Z_][a-zA-Z0-9_]*$` and not `^__.*$` (Python semantics).
 pub fn is_legacy_label_name(name: &str) -> bool {
     let body = without_final_newline(name);
+    // As in `is_legacy_metric_name`, bytes stand for runes.
     !body.is_empty()
         && body
-            .chars()
+            .bytes()
             .enumerate()
-            .all(|(i, c)| is_legacy_label_rune(c, i))
+            .all(|(i, b)| is_legacy_label_rune(char::from(b), i))
         && !body.starts_with("__")
 }
 

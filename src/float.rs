@@ -104,57 +104,168 @@ struct ShortestDigits {
 
 impl ShortestDigits {
     fn of(x: f64) -> Self {
-        let mut scratch = String::with_capacity(32);
-        let _ = write!(scratch, "{x:e}");
-        let (short_digits, short_exp) = split_exponent(&scratch);
-        let n = short_digits.len();
-        let mut result = Self::from_parts(&short_digits, short_exp);
+        // Whole numbers below 2^53 (counters, bucket counts) are their own
+        // shortest digits: every other candidate with fewer digits is a
+        // multiple of ten at least 1 away, more than half a unit in the last
+        // place there.
+        if x < 9_007_199_254_740_992.0 && x == x.trunc() {
+            return Self::of_whole(x as u64);
+        }
+        let mut shortest = StackText::default();
+        let _ = write!(shortest, "{x:e}");
+        let mut result = Self::from_exponential(shortest.as_str());
+        let n = result.len;
         if n > 1 {
             // Same length, exact half-to-even rounding; differs from the
             // shortest form only when two candidates are equally close.
-            let mut exact = String::with_capacity(32);
+            let mut exact = StackText::default();
             let _ = write!(exact, "{:.*e}", n - 1, x);
-            if exact.parse::<f64>() == Ok(x) {
-                let (exact_digits, exact_exp) = split_exponent(&exact);
-                let exact_digits = exact_digits.trim_end_matches('0');
-                if !exact_digits.is_empty() {
-                    result = Self::from_parts(exact_digits, exact_exp);
+            if exact.as_str().parse::<f64>() == Ok(x) {
+                let candidate = Self::from_exponential(exact.as_str());
+                if candidate.digits() != "0" {
+                    result = candidate;
                 }
             }
         }
         result
     }
 
-    fn from_parts(digits: &str, exp10: i32) -> Self {
+    /// The digits of a whole number (`v > 0`).
+    fn of_whole(mut v: u64) -> Self {
+        let mut reversed = [0u8; 24];
+        let mut count = 0;
+        while v > 0 && count < reversed.len() {
+            reversed[count] = b'0' + (v % 10) as u8;
+            v /= 10;
+            count += 1;
+        }
         let mut buf = [0u8; 24];
-        let len = digits.len().min(buf.len());
-        buf[..len].copy_from_slice(&digits.as_bytes()[..len]);
+        for (i, digit) in reversed[..count].iter().rev().enumerate() {
+            buf[i] = *digit;
+        }
+        let mut len = count;
+        while len > 1 && buf[len - 1] == b'0' {
+            len -= 1;
+        }
         Self {
             buf,
             len,
-            decimal_point: exp10 + 1,
+            decimal_point: count as i32,
+        }
+    }
+
+    /// Parses Rust's `{:e}` output (`d.ddde-5`): the digits without the dot,
+    /// trailing zeros removed (`0` if none is left), and the exponent.
+    fn from_exponential(formatted: &str) -> Self {
+        let (mantissa, exp) = formatted.split_once('e').unwrap_or((formatted, "0"));
+        let mut buf = [0u8; 24];
+        let mut len = 0;
+        for &b in mantissa.as_bytes() {
+            if b.is_ascii_digit() && len < buf.len() {
+                buf[len] = b;
+                len += 1;
+            }
+        }
+        while len > 0 && buf[len - 1] == b'0' {
+            len -= 1;
+        }
+        if len == 0 {
+            buf[0] = b'0';
+            len = 1;
+        }
+        Self {
+            buf,
+            len,
+            decimal_point: exp.parse::<i32>().unwrap_or(0) + 1,
         }
     }
 
     fn digits(&self) -> &str {
-        // The buffer only ever holds ASCII digits copied from Rust's formatter.
+        // The buffer only ever holds ASCII digits.
         std::str::from_utf8(&self.buf[..self.len]).unwrap_or("0")
     }
 }
 
-/// Splits Rust's `{:e}` output (`d.ddde-5`) into its digit string (without the
-/// dot, trailing zeros removed) and the decimal exponent.
-fn split_exponent(formatted: &str) -> (String, i32) {
-    let (mantissa, exp) = formatted.split_once('e').unwrap_or((formatted, "0"));
-    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
-    let digits = digits.trim_end_matches('0');
-    let digits = if digits.is_empty() { "0" } else { digits };
-    (digits.to_string(), exp.parse().unwrap_or(0))
+/// A small text buffer on the stack, for Rust's float formatting without an
+/// allocation (the longest `{:e}` of an `f64` is 24 bytes).
+struct StackText {
+    buf: [u8; 48],
+    len: usize,
+}
+
+impl Default for StackText {
+    fn default() -> Self {
+        Self {
+            buf: [0; 48],
+            len: 0,
+        }
+    }
+}
+
+impl StackText {
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.buf[..self.len]).unwrap_or("")
+    }
+}
+
+impl std::fmt::Write for StackText {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let end = self.len + s.len();
+        if end > self.buf.len() {
+            return Err(std::fmt::Error);
+        }
+        self.buf[self.len..end].copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::go_float_string;
+    use super::{go_float_string, ShortestDigits, StackText};
+    use std::fmt::Write as _;
+
+    /// The general path (Rust's shortest, then exact re-rendering).
+    fn general(x: f64) -> (String, i32) {
+        let mut shortest = StackText::default();
+        write!(shortest, "{x:e}").unwrap();
+        let d = ShortestDigits::from_exponential(shortest.as_str());
+        (d.digits().to_string(), d.decimal_point)
+    }
+
+    #[test]
+    fn whole_numbers_take_the_same_digits_as_the_general_path() {
+        let mut cases: Vec<u64> = (1..20_000).collect();
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..200_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let v = state >> (11 + state % 40);
+            let zeros = 10u64.pow((state % 8) as u32);
+            cases.push(v.max(1));
+            cases.push((v / zeros).max(1) * zeros);
+        }
+        cases.extend([
+            (1 << 53) - 1,
+            1 << 52,
+            999_999,
+            1_000_000,
+            10_000_000_000_000_000 / 10,
+        ]);
+        for v in cases {
+            if v >= 1 << 53 {
+                continue;
+            }
+            let x = v as f64;
+            let whole = ShortestDigits::of_whole(v);
+            assert_eq!(
+                (whole.digits().to_string(), whole.decimal_point),
+                general(x),
+                "{v}"
+            );
+        }
+    }
 
     #[test]
     #[allow(clippy::excessive_precision)] // exact tie cases, on purpose

@@ -414,7 +414,10 @@ mod tests {
         let guarded = file_with(&vec![0u8; page]);
         let _installed = MappedFile::new(&guarded, page).unwrap();
         let other = file_with(&vec![0u8; 2 * page]);
-        let map = MmapOptions::new().len(2 * page).map_raw_read_only(&other).unwrap();
+        let map = MmapOptions::new()
+            .len(2 * page)
+            .map_raw_read_only(&other)
+            .unwrap();
         other.set_len(0).unwrap();
         // SAFETY: in bounds of a live map; the fault this raises (the file
         // was emptied) is the point of the test.
@@ -426,7 +429,10 @@ mod tests {
     fn foreign_sigbus_still_terminates_the_process() {
         use std::os::unix::process::ExitStatusExt as _;
         let status = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "mapped::tests::child_faults_outside_any_guarded_map"])
+            .args([
+                "--exact",
+                "mapped::tests::child_faults_outside_any_guarded_map",
+            ])
             .args(["--nocapture", "--test-threads=1"])
             .env("MPE_SIGBUS_CHILD", "1")
             .stdout(std::process::Stdio::null())
