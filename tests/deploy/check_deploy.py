@@ -325,6 +325,8 @@ def check_daemonset(objects, flags, version):
         refs = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in c.get("env", [])}
         ensure(refs.get("POD_NAMESPACE") == "metadata.namespace" and refs.get("POD_NAME") == "metadata.name", f"{c['name']} defines POD_NAMESPACE and POD_NAME")
     ensure(all(port_named(c, "metrics") is None for c in spec["containers"]), "vLLM pods have no `metrics` port in the DaemonSet variant")
+    pre_stop = vllm.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command", [])
+    ensure(WIPE_COMMAND in " ".join(pre_stop), "vLLM empties its own hostPath directory when it stops")
 
     daemonset = one(objects, "DaemonSet", "multiproc-exporter")
     pod = daemonset["spec"]["template"]
@@ -514,13 +516,38 @@ def check_dockerfile(hadolint, help_text, cargo_check):
 # ----------------------------------------------------------------------- docs
 
 
+def slug(heading):
+    """The anchor GitHub makes of a Markdown heading."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def anchors(path):
+    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
+    return {slug(m.group(1)) for m in re.finditer(r"^#+ (.*)$", text, re.M)}
+
+
+def check_links(doc, text):
+    """Relative links point at files that exist, and anchors at headings."""
+    for match in re.finditer(r"\]\(([^)\s]+)\)", re.sub(r"```.*?```", "", text, flags=re.S)):
+        target = match.group(1)
+        if re.match(r"[a-z]+:", target):
+            continue
+        file, _, anchor = target.partition("#")
+        path = (doc.parent / file).resolve() if file else doc
+        ensure(path.exists(), f"{doc.name}: broken link {target}")
+        if anchor and path.suffix == ".md":
+            ensure(anchor in anchors(path), f"{doc.name}: no heading for #{anchor} in {path.name}")
+
+
 def check_docs(kubectl):
     docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     paths, blocks = set(), 0
     for doc in docs:
         text = doc.read_text()
-        for match in re.finditer(r"kubectl (?:apply -k|kustomize) (\S+)", text):
-            paths.add(match.group(1).rstrip("`).,"))
+        check_links(doc, text)
+        for match in re.finditer(r"kubectl (?:apply -k|kustomize) ([\w./-]+)", text):
+            paths.add(match.group(1).rstrip("."))
         for match in re.finditer(r"```yaml\n(.*?)```", text, re.S):
             blocks += 1
             try:
