@@ -1,7 +1,8 @@
 //! Command-line interface: argument definitions and the subcommands.
 //!
 //! `multiproc-exporter dump PATH...` prints the merged exposition of the given
-//! directories and files to standard output. `multiproc-exporter serve` (also
+//! directories and files to standard output (with `--subdirectories-label`,
+//! of each subdirectory of the given directories, side by side). `multiproc-exporter serve` (also
 //! what runs without a subcommand) is the HTTP exporter, see [`crate::server`].
 
 use std::io::Write as _;
@@ -14,6 +15,7 @@ use crate::config::Config;
 use crate::encode::{encode, Escaping, Format};
 use crate::server::{self, ServeArgs};
 use crate::source::{Input, Reader, SkipReason};
+use crate::subdirectories::SubdirectoryReader;
 use crate::transform;
 
 /// Prometheus exporter for Python prometheus_client multiprocess metric files.
@@ -140,6 +142,15 @@ pub struct DumpArgs {
     /// as `serve --config` does.
     #[arg(long, env = "MULTIPROC_EXPORTER_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Treat every PATH as a parent directory whose subdirectories are each
+    /// merged on their own and labelled NAME="<subdirectory name>", as
+    /// `serve --dir.subdirectories-label` does.
+    #[arg(
+        long = "subdirectories-label",
+        env = "MULTIPROC_EXPORTER_DUMP_SUBDIRECTORIES_LABEL",
+        value_name = "NAME"
+    )]
+    pub subdirectories_label: Option<String>,
     /// Metric directories (their `*.db` entries are read in directory order)
     /// and files (merged in the order given). Defaults to
     /// `$PROMETHEUS_MULTIPROC_DIR`.
@@ -235,8 +246,39 @@ fn dump(args: DumpArgs) -> ExitCode {
     } else {
         args.paths
     };
-    let inputs: Vec<Input> = paths.into_iter().map(Input::detect).collect();
-    let collection = Reader::new().collect(&inputs);
+    let (inputs, collection) = match args.subdirectories_label {
+        None => {
+            let inputs: Vec<Input> = paths.into_iter().map(Input::detect).collect();
+            let collection = Reader::new().collect(&inputs);
+            (inputs, collection)
+        }
+        Some(label) => {
+            if let Some(problem) = crate::config::label_name_problem(&label) {
+                eprintln!(
+                    "multiproc-exporter: invalid --subdirectories-label {label:?}: {problem}"
+                );
+                return ExitCode::from(2);
+            }
+            let inputs: Vec<Input> = paths.iter().cloned().map(Input::Directory).collect();
+            let result = SubdirectoryReader::new(paths, label).collect();
+            for path in &result.duplicates {
+                eprintln!(
+                    "multiproc-exporter: skipped {}: an earlier directory has a subdirectory of the same name",
+                    path.display()
+                );
+            }
+            for c in &result.conflicts {
+                eprintln!(
+                    "multiproc-exporter: family {} of subdirectory {} disagrees with subdirectory {} ({}); kept the first one's type and help",
+                    c.family,
+                    c.part,
+                    c.kept_from,
+                    c.reason.label()
+                );
+            }
+            (inputs, result.collection)
+        }
+    };
     let mut missing_inputs = 0;
     for problem in &collection.problems {
         let is_input = inputs.iter().any(|i| i.path() == problem.path);

@@ -213,7 +213,7 @@ impl Config {
 }
 
 /// Why `name` cannot be a constant label name, if it cannot.
-fn label_name_problem(name: &str) -> Option<&'static str> {
+pub(crate) fn label_name_problem(name: &str) -> Option<&'static str> {
     if name.starts_with("__") {
         return Some("names starting with `__` are reserved");
     }

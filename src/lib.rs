@@ -14,6 +14,9 @@
 //!   reports bad files instead of failing.
 //! * [`config`], [`transform`]: the YAML configuration and how it filters,
 //!   renames and labels families (no I/O in `transform`).
+//! * [`combine`]: several directories' merged families → one list, each
+//!   sample labelled with its directory (no I/O); [`subdirectories`] reads a
+//!   parent's subdirectories that way (one pod each, for a DaemonSet).
 //! * [`negotiate`]: HTTP content negotiation as prometheus_client does it (no I/O).
 //! * [`server`]: the HTTP sidecar (`multiproc-exporter serve`).
 //! * [`cli`]: the command-line interface of the `multiproc-exporter` binary.
@@ -24,6 +27,7 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 pub mod cli;
+pub mod combine;
 pub mod config;
 pub mod demo;
 pub mod encode;
@@ -37,5 +41,6 @@ pub mod model;
 pub mod negotiate;
 pub mod server;
 pub mod source;
+pub mod subdirectories;
 pub mod transform;
 pub mod writer;

@@ -19,6 +19,7 @@ mod logging;
 mod process;
 mod scrape;
 mod self_metrics;
+mod subdirectories;
 mod watch;
 
 use std::io::Write as _;
@@ -122,6 +123,20 @@ pub struct ServeArgs {
     )]
     pub dirs: Vec<PathBuf>,
 
+    /// Serve several applications' directories side by side (a DaemonSet
+    /// serving a node's pods): every `--dir` is then a parent whose immediate
+    /// subdirectories (one per pod) are each merged on their own, and every
+    /// sample gets this label with the subdirectory's name as its value.
+    /// Families of the same name from different subdirectories are served as
+    /// one family. Subdirectories appearing and disappearing are seen at the
+    /// next scrape.
+    #[arg(
+        long = "dir.subdirectories-label",
+        env = "MULTIPROC_EXPORTER_DIR_SUBDIRECTORIES_LABEL",
+        value_name = "NAME"
+    )]
+    pub subdirectories_label: Option<String>,
+
     /// YAML configuration file (filtering, naming, constant labels; see
     /// docs/configuration.md). Reloaded when it changes and on SIGHUP; a bad
     /// new version is logged and the previous one stays in force.
@@ -161,6 +176,7 @@ impl ServeArgs {
             disable_exporter_metrics: false,
             disable_openmetrics: false,
             dirs,
+            subdirectories_label: None,
             config: None,
             log_format: LogFormat::Text,
             log_level: LogLevel::Info,
@@ -207,6 +223,10 @@ pub struct AppState(Arc<Shared>);
 pub struct Settings {
     /// Metrics directories (need not exist).
     pub dirs: Vec<PathBuf>,
+    /// With a label name: `dirs` are parents whose subdirectories are each
+    /// merged on their own and labelled with their name (already validated
+    /// as a label name).
+    pub subdirectories_label: Option<Arc<str>>,
     /// Metrics path (starts with `/`).
     pub telemetry_path: String,
     /// Whether to append the exporter's own metrics.
@@ -222,10 +242,13 @@ pub struct Settings {
 impl AppState {
     /// A new state; nothing is read until the first scrape.
     pub fn new(settings: Settings) -> Self {
-        let self_metrics = self_metrics::SelfMetrics::new(settings.exporter_metrics);
+        let mut self_metrics = self_metrics::SelfMetrics::new(settings.exporter_metrics);
+        if settings.subdirectories_label.is_some() {
+            self_metrics.register_subdirectory_metrics();
+        }
         self_metrics.observe_initial_config();
         Self(Arc::new(Shared {
-            scraper: scrape::Scraper::new(&settings.dirs),
+            scraper: scrape::Scraper::new(&settings.dirs, settings.subdirectories_label),
             dirs: settings.dirs,
             telemetry_path: settings.telemetry_path,
             exporter_metrics: settings.exporter_metrics,
@@ -509,6 +532,16 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
     if let Err(e) = validate_telemetry_path(&args.telemetry_path) {
         return invalid(e);
     }
+    if let Some(problem) = args
+        .subdirectories_label
+        .as_deref()
+        .and_then(crate::config::label_name_problem)
+    {
+        return invalid(format!(
+            "Invalid --dir.subdirectories-label {:?}: {problem}.",
+            args.subdirectories_label.as_deref().unwrap_or_default()
+        ));
+    }
     let config_path = args.config.as_deref().map(absolute);
     let (config, config_bytes) = match &config_path {
         None => (Config::default(), None),
@@ -539,6 +572,7 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
     };
     let state = AppState::new(Settings {
         dirs: dirs.clone(),
+        subdirectories_label: args.subdirectories_label.as_deref().map(Arc::from),
         telemetry_path: args.telemetry_path.clone(),
         exporter_metrics: !args.disable_exporter_metrics,
         openmetrics: !args.disable_openmetrics,
@@ -551,6 +585,7 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         dirs = ?dirs,
+        subdirectories_label = ?args.subdirectories_label,
         config = ?config_path,
         telemetry_path = %args.telemetry_path,
         "Starting multiproc-exporter."
@@ -651,6 +686,7 @@ mod tests {
     fn state(dir: PathBuf, exporter_metrics: bool) -> AppState {
         AppState::new(Settings {
             dirs: vec![dir],
+            subdirectories_label: None,
             telemetry_path: "/metrics".into(),
             exporter_metrics,
             openmetrics: true,

@@ -24,9 +24,11 @@ use crate::config::Config;
 use crate::encode::{encode, Escaping, Format};
 use crate::model::MetricFamily;
 use crate::source::{Collection, Input, Problem, Reader, SkipReason};
+use crate::subdirectories::SubdirectoryReader;
 use crate::transform;
 
 use super::self_metrics::{self, SelfMetrics};
+use super::subdirectories;
 
 /// Reads, merges and encodes; one per server.
 #[derive(Debug)]
@@ -61,6 +63,11 @@ struct InFlight {
 #[derive(Debug, Default)]
 struct ScrapeState {
     reader: Reader,
+    /// With `--dir.subdirectories-label`: reads each subdirectory of the
+    /// directories on its own instead of `reader`.
+    per_subdirectory: Option<SubdirectoryReader>,
+    /// Subdirectory conflicts currently present (logged when they first appear).
+    logged_conflicts: HashSet<subdirectories::LoggedConflict>,
     /// Paths currently left out, with the reason last logged.
     bad: HashMap<PathBuf, SkipReason>,
     /// Renaming collisions and self-metric clashes already logged.
@@ -79,11 +86,16 @@ pub(crate) struct Request {
 }
 
 impl Scraper {
-    /// A scraper for these directories.
-    pub(crate) fn new(dirs: &[PathBuf]) -> Self {
+    /// A scraper for these directories; with `subdirectories_label`, for
+    /// each of their subdirectories, labelled (see [`crate::subdirectories`]).
+    pub(crate) fn new(dirs: &[PathBuf], subdirectories_label: Option<Arc<str>>) -> Self {
         Self {
             inputs: dirs.iter().cloned().map(Input::Directory).collect(),
-            state: Mutex::new(ScrapeState::default()),
+            state: Mutex::new(ScrapeState {
+                per_subdirectory: subdirectories_label
+                    .map(|label| SubdirectoryReader::new(dirs.to_vec(), label)),
+                ..ScrapeState::default()
+            }),
             in_flight: Mutex::new(InFlight::default()),
             finished: Condvar::new(),
             rechecks: Mutex::new(Rechecks::default()),
@@ -172,25 +184,50 @@ impl Scraper {
         let start = Instant::now();
         let rechecks =
             std::mem::take(&mut *self.rechecks.lock().unwrap_or_else(|e| e.into_inner()));
-        if rechecks.all {
-            state.reader.recheck_all();
-        } else {
-            for path in &rechecks.paths {
-                state.reader.recheck(path);
+        let collected = catch_unwind(AssertUnwindSafe(|| {
+            let state = &mut *state;
+            match &mut state.per_subdirectory {
+                None => {
+                    if rechecks.all {
+                        state.reader.recheck_all();
+                    } else {
+                        for path in &rechecks.paths {
+                            state.reader.recheck(path);
+                        }
+                    }
+                    (state.reader.collect(&self.inputs), None)
+                }
+                Some(reader) => {
+                    if rechecks.all {
+                        reader.recheck_all();
+                    } else {
+                        for path in &rechecks.paths {
+                            reader.recheck(path);
+                        }
+                    }
+                    let (collection, outcome) =
+                        subdirectories::collect(reader, &mut state.logged_conflicts);
+                    (collection, Some(outcome))
+                }
             }
-        }
-        let collected = catch_unwind(AssertUnwindSafe(|| state.reader.collect(&self.inputs)));
+        }));
         let panicked = collected.is_err();
-        let Collection {
-            families,
-            problems,
-            stats,
-        } = collected.unwrap_or_else(|_| {
+        let (
+            Collection {
+                families,
+                problems,
+                stats,
+            },
+            subdirectory_outcome,
+        ) = collected.unwrap_or_else(|_| {
             tracing::error!(
                 "Reading the metric files panicked (a bug); serving no merged metrics this time."
             );
             state.reader = Reader::new();
-            Collection::default()
+            if let Some(reader) = &mut state.per_subdirectory {
+                *reader = SubdirectoryReader::new(reader.parents().to_vec(), reader.label());
+            }
+            (Collection::default(), None)
         });
         state.log_problems(&problems);
         let transformed = transform::apply(config, families);
@@ -209,6 +246,9 @@ impl Scraper {
         let mut families = transformed.families;
         if let Some(m) = self_metrics {
             m.observe_scrape(&stats, &problems, families.len(), start.elapsed(), panicked);
+            if let Some(outcome) = &subdirectory_outcome {
+                m.observe_subdirectories(outcome.subdirectories, &outcome.conflicts);
+            }
             let (own, clashes) = self_metrics::without_clashes(m.families(), &families);
             for name in clashes {
                 if state.logged_collisions.insert((name.clone(), name.clone())) {

@@ -45,6 +45,8 @@ pub(crate) struct SelfMetrics {
     reload_success_time: F64Gauge,
     reloads: Family<OneLabel, Counter>,
     watch_rescans: Counter,
+    subdirectories: Gauge,
+    subdirectory_conflicts: Family<OneLabel, Gauge>,
 }
 
 /// Every `reason` label value of `multiproc_exporter_scrape_files_skipped`,
@@ -66,6 +68,14 @@ const SKIP_REASONS: &[&str] = &[
     "panic",
 ];
 
+/// Every `reason` label value of
+/// `multiproc_exporter_scrape_subdirectory_conflicts`.
+const SUBDIRECTORY_CONFLICT_REASONS: &[&str] = &[
+    "type_mismatch",
+    "help_mismatch",
+    super::subdirectories::DUPLICATE_NAME,
+];
+
 impl SelfMetrics {
     /// Registers every self-metric; `process_*` only when `process` is set.
     pub(crate) fn new(process: bool) -> Self {
@@ -83,6 +93,8 @@ impl SelfMetrics {
             reload_success_time: F64Gauge::default(),
             reloads: Family::default(),
             watch_rescans: Counter::default(),
+            subdirectories: Gauge::default(),
+            subdirectory_conflicts: Family::default(),
         };
         let build_info: Family<OneLabel, Gauge> = Family::default();
         build_info
@@ -229,6 +241,38 @@ impl SelfMetrics {
             .duration_since(UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
         self.reload_success_time.set(now);
+    }
+
+    /// Registers the metrics of `--dir.subdirectories-label` (only exporters
+    /// that read subdirectories have them).
+    pub(crate) fn register_subdirectory_metrics(&mut self) {
+        for reason in SUBDIRECTORY_CONFLICT_REASONS {
+            self.subdirectory_conflicts
+                .get_or_create(&vec![("reason", (*reason).to_owned())])
+                .set(0);
+        }
+        self.registry.register(
+            "multiproc_exporter_scrape_subdirectories",
+            "Subdirectories read, each as its own metrics directory, by the last scrape (--dir.subdirectories-label)",
+            self.subdirectories.clone(),
+        );
+        self.registry.register(
+            "multiproc_exporter_scrape_subdirectory_conflicts",
+            "Metric families and subdirectories that did not combine cleanly at the last scrape, by reason (--dir.subdirectories-label)",
+            self.subdirectory_conflicts.clone(),
+        );
+    }
+
+    /// Records what the last scrape read with `--dir.subdirectories-label`:
+    /// how many subdirectories, and the reason of each conflict.
+    pub(crate) fn observe_subdirectories(&self, subdirectories: usize, conflicts: &[&str]) {
+        self.subdirectories.set(count(subdirectories));
+        for reason in SUBDIRECTORY_CONFLICT_REASONS {
+            let n = conflicts.iter().filter(|c| *c == reason).count();
+            self.subdirectory_conflicts
+                .get_or_create(&vec![("reason", (*reason).to_owned())])
+                .set(count(n));
+        }
     }
 
     /// Records a forced rescan of the watched directories.
@@ -474,6 +518,29 @@ mod tests {
              multiproc_exporter_config_reloads_total{result=\"failure\"} 1.0\n"
         ));
         assert!(om.ends_with("multiproc_exporter_watch_rescans_total 0.0\n# EOF\n"));
+    }
+
+    #[test]
+    fn subdirectory_conflict_reasons_cover_every_combine_reason() {
+        for reason in crate::combine::ConflictReason::ALL {
+            assert!(SUBDIRECTORY_CONFLICT_REASONS.contains(&reason.label()));
+        }
+        let mut m = SelfMetrics::new(false);
+        assert!(!m.families().iter().any(|f| f.name.contains("subdirector")));
+        m.register_subdirectory_metrics();
+        m.observe_subdirectories(3, &["help_mismatch", "help_mismatch"]);
+        let text =
+            String::from_utf8(encode(&m.families(), Format::Text, Escaping::Underscores)).unwrap();
+        assert!(
+            text.contains("multiproc_exporter_scrape_subdirectories 3.0\n"),
+            "{text}"
+        );
+        assert!(text.contains(
+            "multiproc_exporter_scrape_subdirectory_conflicts{reason=\"help_mismatch\"} 2.0\n"
+        ));
+        assert!(text.contains(
+            "multiproc_exporter_scrape_subdirectory_conflicts{reason=\"duplicate_name\"} 0.0\n"
+        ));
     }
 
     #[test]

@@ -1,0 +1,189 @@
+//! Reading one metrics directory per subdirectory of a parent, for an
+//! exporter that serves several pods (`serve --dir.subdirectories-label NAME`,
+//! `dump --subdirectories-label NAME`).
+//!
+//! A DaemonSet exporter sees, on its node, one parent directory (a `hostPath`)
+//! with one subdirectory per pod, each that pod's `PROMETHEUS_MULTIPROC_DIR`:
+//!
+//! ```text
+//! /var/lib/vllm-metrics/            ← --dir (the parent)
+//!   default_vllm-7d9f-abcde/        ← one pod's directory
+//!     counter_1.db  gauge_mostrecent_1.db  histogram_1.db …
+//!   default_vllm-7d9f-fghij/
+//!     …
+//! ```
+//!
+//! [`SubdirectoryReader`] lists each parent's immediate subdirectories on
+//! every collection (in byte order of their names; names starting with `.`
+//! are skipped), reads and merges each with its own [`Reader`], exactly as
+//! prometheus_client would merge that directory alone, and combines the
+//! results with [`crate::combine`], labelling every sample with the
+//! subdirectory's name. Subdirectories that appear are read from the next
+//! collection on; the reader of one that disappears is dropped (closing its
+//! files). `*.db` files directly in a parent are not read.
+
+use std::collections::{BTreeMap, HashSet};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::combine::{combine, Conflict, Part};
+use crate::source::{CollectStats, Collection, Input, Problem, Reader, SkipReason};
+
+/// Reads every subdirectory of the parents as its own metrics directory.
+#[derive(Debug)]
+pub struct SubdirectoryReader {
+    parents: Vec<PathBuf>,
+    label: Arc<str>,
+    /// One reader per subdirectory seen at the last collection.
+    readers: BTreeMap<PathBuf, Reader>,
+}
+
+/// The result of one [`SubdirectoryReader::collect`].
+#[derive(Debug, Clone, Default)]
+pub struct SubdirectoryCollection {
+    /// The combined families; problems of the parents and of every
+    /// subdirectory's files; statistics summed over the subdirectories, with
+    /// `directories_present`/`directories_missing` counting the parents.
+    pub collection: Collection,
+    /// Subdirectories read (each one part of the combination).
+    pub subdirectories: usize,
+    /// Families that did not combine cleanly (see [`crate::combine`]).
+    pub conflicts: Vec<Conflict>,
+    /// Subdirectories read for the first time by this collection.
+    pub appeared: Vec<PathBuf>,
+    /// Subdirectories read by the previous collection that are gone now.
+    pub disappeared: Vec<PathBuf>,
+    /// Subdirectories left out because an earlier parent has one of the same
+    /// name (their samples would be indistinguishable).
+    pub duplicates: Vec<PathBuf>,
+}
+
+impl SubdirectoryReader {
+    /// A reader of the subdirectories of `parents` (in that order), labelling
+    /// samples with `label`.
+    pub fn new(parents: Vec<PathBuf>, label: impl Into<Arc<str>>) -> Self {
+        Self {
+            parents,
+            label: label.into(),
+            readers: BTreeMap::new(),
+        }
+    }
+
+    /// The parent directories.
+    pub fn parents(&self) -> &[PathBuf] {
+        &self.parents
+    }
+
+    /// The name of the label that tells the subdirectories apart.
+    pub fn label(&self) -> Arc<str> {
+        self.label.clone()
+    }
+
+    /// [`Reader::recheck`] for a file of one of the subdirectories.
+    pub fn recheck(&mut self, path: &Path) {
+        if let Some(reader) = path.parent().and_then(|dir| self.readers.get_mut(dir)) {
+            reader.recheck(path);
+        }
+    }
+
+    /// [`Reader::recheck_all`] for every subdirectory.
+    pub fn recheck_all(&mut self) {
+        for reader in self.readers.values_mut() {
+            reader.recheck_all();
+        }
+    }
+
+    /// Lists the subdirectories, reads and merges each, and combines them.
+    pub fn collect(&mut self) -> SubdirectoryCollection {
+        let mut out = SubdirectoryCollection::default();
+        let mut problems = Vec::new();
+        let mut stats = CollectStats::default();
+        let mut subdirectories: Vec<(Arc<str>, PathBuf)> = Vec::new();
+        let mut names: HashSet<OsString> = HashSet::new();
+        for parent in &self.parents {
+            match list_subdirectories(parent) {
+                Ok(found) => {
+                    stats.directories_present += 1;
+                    for (name, path) in found {
+                        if names.insert(name.clone()) {
+                            subdirectories.push((name.to_string_lossy().into(), path));
+                        } else {
+                            out.duplicates.push(path);
+                        }
+                    }
+                }
+                Err(reason) => {
+                    if reason == SkipReason::DirectoryMissing {
+                        stats.directories_missing += 1;
+                    }
+                    problems.push(Problem {
+                        path: parent.clone(),
+                        reason,
+                    });
+                }
+            }
+        }
+
+        out.subdirectories = subdirectories.len();
+        let mut previous = std::mem::take(&mut self.readers);
+        let mut parts = Vec::with_capacity(subdirectories.len());
+        for (value, path) in subdirectories {
+            let mut reader = match previous.remove(&path) {
+                Some(reader) => reader,
+                None => {
+                    out.appeared.push(path.clone());
+                    Reader::new()
+                }
+            };
+            let collection = reader.collect(&[Input::Directory(path.clone())]);
+            add_stats(&mut stats, &collection.stats);
+            problems.extend(collection.problems);
+            parts.push(Part {
+                value,
+                families: collection.families,
+            });
+            self.readers.insert(path, reader);
+        }
+        out.disappeared = previous.into_keys().collect();
+
+        let combined = combine(&self.label, parts);
+        out.collection = Collection {
+            families: combined.families,
+            problems,
+            stats,
+        };
+        out.conflicts = combined.conflicts;
+        out
+    }
+}
+
+/// The subdirectories of `parent` (following symbolic links), sorted by
+/// name, without names starting with `.`.
+fn list_subdirectories(parent: &Path) -> Result<Vec<(OsString, PathBuf)>, SkipReason> {
+    let entries = std::fs::read_dir(parent).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            SkipReason::DirectoryMissing
+        } else {
+            SkipReason::DirectoryUnreadable(e.to_string())
+        }
+    })?;
+    let mut found: Vec<(OsString, PathBuf)> = entries
+        .flatten()
+        .filter(|entry| !entry.file_name().as_encoded_bytes().starts_with(b"."))
+        .filter(|entry| entry.path().is_dir())
+        .map(|entry| (entry.file_name(), entry.path()))
+        .collect();
+    found.sort();
+    Ok(found)
+}
+
+/// Adds the per-file statistics of one subdirectory's collection.
+fn add_stats(total: &mut CollectStats, one: &CollectStats) {
+    total.files_listed += one.files_listed;
+    total.files_merged += one.files_merged;
+    total.records += one.records;
+    total.bytes_read += one.bytes_read;
+    total.keys_decoded += one.keys_decoded;
+    total.replanned |= one.replanned;
+}
