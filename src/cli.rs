@@ -12,6 +12,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::config::Config;
 use crate::encode::{encode, Escaping, Format};
+use crate::link_policy::LinkPolicy;
 use crate::server::{self, ServeArgs};
 use crate::source::{Input, Reader, SkipReason};
 use crate::transform;
@@ -140,6 +141,16 @@ pub struct DumpArgs {
     /// as `serve --config` does.
     #[arg(long, env = "MULTIPROC_EXPORTER_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Follow symbolic links in a metrics directory wherever they point, as
+    /// `serve --dir.follow-links-outside` does (by default only links whose
+    /// target is inside the directory are followed).
+    #[arg(
+        long = "dir.follow-links-outside",
+        env = "MULTIPROC_EXPORTER_DIR_FOLLOW_LINKS_OUTSIDE",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub follow_links_outside: bool,
     /// Metric directories (their `*.db` entries are read in directory order)
     /// and files (merged in the order given). Defaults to
     /// `$PROMETHEUS_MULTIPROC_DIR`.
@@ -236,7 +247,12 @@ fn dump(args: DumpArgs) -> ExitCode {
         args.paths
     };
     let inputs: Vec<Input> = paths.into_iter().map(Input::detect).collect();
-    let collection = Reader::new().collect(&inputs);
+    let link_policy = if args.follow_links_outside {
+        LinkPolicy::Anywhere
+    } else {
+        LinkPolicy::InsideDirectory
+    };
+    let collection = Reader::with_link_policy(link_policy).collect(&inputs);
     let mut missing_inputs = 0;
     for problem in &collection.problems {
         let is_input = inputs.iter().any(|i| i.path() == problem.path);

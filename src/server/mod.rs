@@ -38,6 +38,7 @@ use flate2::write::GzEncoder;
 use flate2::Compression;
 
 use crate::config::{Config, ConfigError};
+use crate::link_policy::LinkPolicy;
 use crate::negotiate::{choose_encoder, gzip_accepted, name_params, without_openmetrics};
 
 pub use listen::DEFAULT_LISTEN_ADDRESS;
@@ -122,6 +123,18 @@ pub struct ServeArgs {
     )]
     pub dirs: Vec<PathBuf>,
 
+    /// Follow symbolic links in a metrics directory wherever they point, as
+    /// prometheus_client does. By default a link is followed only when its
+    /// target lies inside the metrics directory; any other link is skipped
+    /// (reason `link_outside_directory`).
+    #[arg(
+        long = "dir.follow-links-outside",
+        env = "MULTIPROC_EXPORTER_DIR_FOLLOW_LINKS_OUTSIDE",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub follow_links_outside: bool,
+
     /// YAML configuration file (filtering, naming, constant labels; see
     /// docs/configuration.md). Reloaded when it changes and on SIGHUP; a bad
     /// new version is logged and the previous one stays in force.
@@ -161,6 +174,7 @@ impl ServeArgs {
             disable_exporter_metrics: false,
             disable_openmetrics: false,
             dirs,
+            follow_links_outside: false,
             config: None,
             log_format: LogFormat::Text,
             log_level: LogLevel::Info,
@@ -207,6 +221,8 @@ pub struct AppState(Arc<Shared>);
 pub struct Settings {
     /// Metrics directories (need not exist).
     pub dirs: Vec<PathBuf>,
+    /// Which symbolic links in the directories are followed.
+    pub link_policy: LinkPolicy,
     /// Metrics path (starts with `/`).
     pub telemetry_path: String,
     /// Whether to append the exporter's own metrics.
@@ -225,7 +241,7 @@ impl AppState {
         let self_metrics = self_metrics::SelfMetrics::new(settings.exporter_metrics);
         self_metrics.observe_initial_config();
         Self(Arc::new(Shared {
-            scraper: scrape::Scraper::new(&settings.dirs),
+            scraper: scrape::Scraper::new(&settings.dirs, settings.link_policy),
             dirs: settings.dirs,
             telemetry_path: settings.telemetry_path,
             exporter_metrics: settings.exporter_metrics,
@@ -537,8 +553,14 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    let link_policy = if args.follow_links_outside {
+        LinkPolicy::Anywhere
+    } else {
+        LinkPolicy::InsideDirectory
+    };
     let state = AppState::new(Settings {
         dirs: dirs.clone(),
+        link_policy,
         telemetry_path: args.telemetry_path.clone(),
         exporter_metrics: !args.disable_exporter_metrics,
         openmetrics: !args.disable_openmetrics,
@@ -551,6 +573,7 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         dirs = ?dirs,
+        follow_links_outside = args.follow_links_outside,
         config = ?config_path,
         telemetry_path = %args.telemetry_path,
         "Starting multiproc-exporter."
@@ -651,6 +674,7 @@ mod tests {
     fn state(dir: PathBuf, exporter_metrics: bool) -> AppState {
         AppState::new(Settings {
             dirs: vec![dir],
+            link_policy: LinkPolicy::default(),
             telemetry_path: "/metrics".into(),
             exporter_metrics,
             openmetrics: true,

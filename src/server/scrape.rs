@@ -22,6 +22,7 @@ use std::time::Instant;
 
 use crate::config::Config;
 use crate::encode::{encode, Escaping, Format};
+use crate::link_policy::LinkPolicy;
 use crate::model::MetricFamily;
 use crate::source::{Collection, Input, Problem, Reader, SkipReason};
 use crate::transform;
@@ -32,6 +33,7 @@ use super::self_metrics::{self, SelfMetrics};
 #[derive(Debug)]
 pub(crate) struct Scraper {
     inputs: Vec<Input>,
+    link_policy: LinkPolicy,
     state: Mutex<ScrapeState>,
     in_flight: Mutex<InFlight>,
     finished: Condvar,
@@ -79,11 +81,15 @@ pub(crate) struct Request {
 }
 
 impl Scraper {
-    /// A scraper for these directories.
-    pub(crate) fn new(dirs: &[PathBuf]) -> Self {
+    /// A scraper for these directories, following links in them by `link_policy`.
+    pub(crate) fn new(dirs: &[PathBuf], link_policy: LinkPolicy) -> Self {
         Self {
             inputs: dirs.iter().cloned().map(Input::Directory).collect(),
-            state: Mutex::new(ScrapeState::default()),
+            state: Mutex::new(ScrapeState {
+                reader: Reader::with_link_policy(link_policy),
+                ..ScrapeState::default()
+            }),
+            link_policy,
             in_flight: Mutex::new(InFlight::default()),
             finished: Condvar::new(),
             rechecks: Mutex::new(Rechecks::default()),
@@ -189,7 +195,7 @@ impl Scraper {
             tracing::error!(
                 "Reading the metric files panicked (a bug); serving no merged metrics this time."
             );
-            state.reader = Reader::new();
+            state.reader = Reader::with_link_policy(self.link_policy);
             Collection::default()
         });
         state.log_problems(&problems);
