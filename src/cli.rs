@@ -13,6 +13,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::config::Config;
 use crate::encode::{encode, Escaping, Format};
+use crate::link_policy::LinkPolicy;
 use crate::server::{self, ServeArgs};
 use crate::source::{Input, Reader, SkipReason};
 use crate::subdirectories::SubdirectoryReader;
@@ -151,6 +152,16 @@ pub struct DumpArgs {
         value_name = "NAME"
     )]
     pub subdirectories_label: Option<String>,
+    /// Follow symbolic links in a metrics directory wherever they point, as
+    /// `serve --dir.follow-links-outside` does (by default only links whose
+    /// target is inside the directory are followed).
+    #[arg(
+        long = "dir.follow-links-outside",
+        env = "MULTIPROC_EXPORTER_DIR_FOLLOW_LINKS_OUTSIDE",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub follow_links_outside: bool,
     /// Metric directories (their `*.db` entries are read in directory order)
     /// and files (merged in the order given). Defaults to
     /// `$PROMETHEUS_MULTIPROC_DIR`.
@@ -246,10 +257,15 @@ fn dump(args: DumpArgs) -> ExitCode {
     } else {
         args.paths
     };
+    let link_policy = if args.follow_links_outside {
+        LinkPolicy::Anywhere
+    } else {
+        LinkPolicy::InsideDirectory
+    };
     let (inputs, collection) = match args.subdirectories_label {
         None => {
             let inputs: Vec<Input> = paths.into_iter().map(Input::detect).collect();
-            let collection = Reader::new().collect(&inputs);
+            let collection = Reader::with_link_policy(link_policy).collect(&inputs);
             (inputs, collection)
         }
         Some(label) => {
@@ -260,7 +276,7 @@ fn dump(args: DumpArgs) -> ExitCode {
                 return ExitCode::from(2);
             }
             let inputs: Vec<Input> = paths.iter().cloned().map(Input::Directory).collect();
-            let result = SubdirectoryReader::new(paths, label).collect();
+            let result = SubdirectoryReader::new(paths, label, link_policy).collect();
             for path in &result.duplicates {
                 eprintln!(
                     "multiproc-exporter: skipped {}: an earlier directory has a subdirectory of the same name",

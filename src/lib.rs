@@ -10,7 +10,7 @@
 //!   re-evaluated cheaply on every scrape (no I/O).
 //! * [`encode`] and [`float`]: families → the exact bytes of prometheus_client's
 //!   text and OpenMetrics encoders (no I/O).
-//! * [`source`]: the I/O layer: lists directories, reads files incrementally,
+//! * [`source`], [`link_policy`]: the I/O layer: lists directories, reads files incrementally,
 //!   reports bad files instead of failing.
 //! * [`config`], [`transform`]: the YAML configuration and how it filters,
 //!   renames and labels families (no I/O in `transform`).
@@ -35,6 +35,7 @@ pub mod file_name;
 pub mod float;
 pub mod key;
 pub mod layout;
+pub mod link_policy;
 mod mapped;
 pub mod merge;
 pub mod model;

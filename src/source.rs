@@ -16,7 +16,9 @@
 //! non-blocking (a FIFO named `*.db` cannot stall a scrape), and anything that
 //! is not a regular file is skipped. A file that cannot be read or parsed is
 //! left out whole and reported as a [`Problem`]; everything else is merged as
-//! prometheus_client would merge it without that file.
+//! prometheus_client would merge it without that file. Symbolic links are
+//! followed according to a [`LinkPolicy`] (by default only links that stay
+//! inside the directory, see [`crate::link_policy`]).
 
 use std::ffi::OsStr;
 use std::fs::{File, OpenOptions};
@@ -29,6 +31,7 @@ use rustc_hash::FxHashMap;
 use crate::file_name::{is_listed_name, FileName};
 use crate::key::KeyError;
 use crate::layout::{read_used, read_value, scan_records, LayoutError, HEADER_LEN, VALUE_LEN};
+use crate::link_policy::{LinkCheck, LinkPolicy};
 use crate::mapped::MappedFile;
 use crate::merge::{plan, KeyId, KeyStore, MergeError, MergePlan, PlanInput};
 use crate::model::MetricFamily;
@@ -80,6 +83,11 @@ pub enum SkipReason {
     PermissionDenied,
     /// Not a regular file (a directory, FIFO, socket or device named `*.db`).
     NotRegularFile,
+    /// A symbolic link whose target is outside the metrics directory (not
+    /// followed unless the [`LinkPolicy`] allows it).
+    LinkOutsideDirectory,
+    /// A symbolic link that resolves to itself (too many levels of links).
+    LinkLoop,
     /// Any other I/O error.
     Io(String),
     /// The bytes do not follow the file layout.
@@ -99,6 +107,8 @@ impl SkipReason {
             Self::Vanished => "vanished",
             Self::PermissionDenied => "permission_denied",
             Self::NotRegularFile => "not_regular_file",
+            Self::LinkOutsideDirectory => "link_outside_directory",
+            Self::LinkLoop => "link_loop",
             Self::Io(_) => "io_error",
             Self::Layout(LayoutError::ShorterThanHeader { .. }) => "short_file",
             Self::Layout(
@@ -125,6 +135,10 @@ impl std::fmt::Display for SkipReason {
             Self::Vanished => f.write_str("file does not exist (deleted before it could be read)"),
             Self::PermissionDenied => f.write_str("permission denied"),
             Self::NotRegularFile => f.write_str("not a regular file"),
+            Self::LinkOutsideDirectory => f.write_str(
+                "symbolic link to a path outside the metrics directory (not followed without --dir.follow-links-outside)",
+            ),
+            Self::LinkLoop => f.write_str("symbolic link loop (too many levels of symbolic links)"),
             Self::Io(e) => write!(f, "read error: {e}"),
             Self::Layout(e) => write!(f, "corrupt file: {e}"),
             Self::Key(e) => write!(f, "corrupt record: {e}"),
@@ -149,6 +163,8 @@ pub struct CollectStats {
     pub directories_present: usize,
     /// Input directories that do not exist.
     pub directories_missing: usize,
+    /// Input directories that exist but cannot be listed.
+    pub directories_unreadable: usize,
     /// Files listed (after the `*.db` filter) or named.
     pub files_listed: usize,
     /// Files merged.
@@ -187,8 +203,6 @@ struct CachedFile {
     values: Vec<(f64, f64)>,
     /// Changes whenever `keys` changes; identifies the file's structure.
     generation: u64,
-    /// The file's `used` and the error it had, if it is bad at that size.
-    failed: Option<(usize, SkipReason)>,
     /// Seen in the current collection.
     seen: bool,
     /// Check the path with `stat` before trusting the map again.
@@ -216,12 +230,23 @@ pub struct Reader {
     plan: Option<(Vec<u64>, MergePlan)>,
     plan_problems: Vec<(u64, MergeError)>,
     buffer: Vec<u8>,
+    /// Which symbolic links in a directory are followed.
+    link_policy: LinkPolicy,
 }
 
 impl Reader {
     /// A reader with nothing cached.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A reader with nothing cached that follows symbolic links in a
+    /// directory according to `policy`.
+    pub fn with_link_policy(policy: LinkPolicy) -> Self {
+        Self {
+            link_policy: policy,
+            ..Self::default()
+        }
     }
 
     /// Number of distinct record keys decoded so far.
@@ -256,7 +281,7 @@ impl Reader {
     pub fn collect(&mut self, inputs: &[Input]) -> Collection {
         let mut stats = CollectStats::default();
         let mut problems = Vec::new();
-        let paths = list_inputs(inputs, &mut stats, &mut problems);
+        let paths = list_inputs(inputs, self.link_policy, &mut stats, &mut problems);
         stats.files_listed = paths.len();
         let keys_before = self.store.len();
         for cached in self.files.values_mut() {
@@ -359,7 +384,7 @@ impl Reader {
         let Some(cached) = self.files.get_mut(&listed.path) else {
             return false;
         };
-        if cached.inode != inode || cached.failed.is_some() {
+        if cached.inode != inode {
             return false;
         }
         let Some(map) = &cached.map else {
@@ -418,7 +443,7 @@ impl Reader {
         if !meta.file_type().is_file() {
             return Err(SkipReason::NotRegularFile);
         }
-        let file_len = usize::try_from(meta.len()).unwrap_or(usize::MAX);
+        let mut file_len = usize::try_from(meta.len()).unwrap_or(usize::MAX);
 
         // One read in the steady state: as much as was used last time (at least
         // a page, like Python's first read), then the rest if the file grew.
@@ -430,7 +455,17 @@ impl Reader {
         let first = previous.max(FIRST_READ).min(file_len);
         self.buffer.resize(first, 0);
         let mut got = read_fully_at(&file, &mut self.buffer[..first], 0).map_err(io_reason)?;
-        let used = read_used(&self.buffer[..got], file_len).map_err(SkipReason::Layout)?;
+        let used = match read_used(&self.buffer[..got], file_len) {
+            // A writer grew the file (and then `used`) after it was measured:
+            // measure again before calling the header bad.
+            Err(LayoutError::UsedBeyondFile { .. }) => {
+                let grown = file.metadata().map_err(io_reason)?.len();
+                file_len = usize::try_from(grown).unwrap_or(usize::MAX);
+                read_used(&self.buffer[..got], file_len)
+            }
+            other => other,
+        }
+        .map_err(SkipReason::Layout)?;
         let used = used.unwrap_or(HEADER_LEN);
         if used > got {
             self.buffer.resize(used, 0);
@@ -463,7 +498,6 @@ impl Reader {
                     value_offsets: Vec::new(),
                     values: Vec::new(),
                     generation,
-                    failed: None,
                     seen: true,
                     recheck: false,
                     map: None,
@@ -472,12 +506,6 @@ impl Reader {
         }
         let cached = self.files.get_mut(path).ok_or(SkipReason::Vanished)?;
         cached.seen = true;
-        if let Some((failed_used, reason)) = &cached.failed {
-            if *failed_used == used {
-                return Err(reason.clone());
-            }
-            cached.failed = None;
-        }
 
         let data = &self.buffer[..used];
 
@@ -497,8 +525,10 @@ impl Reader {
                     }
                 }
             }
+            // Not remembered: the same bytes are checked again next time, so
+            // a file repaired in place (or whose record bytes became visible
+            // after its `used`, on a weakly ordered CPU) is read again.
             if let Some(reason) = failure {
-                cached.failed = Some((used, reason.clone()));
                 return Err(reason);
             }
             cached.keys.extend(new_keys);
@@ -532,6 +562,7 @@ fn is_live_gauge_path(path: &Path) -> bool {
 /// Expands inputs into the ordered list of files to read.
 fn list_inputs(
     inputs: &[Input],
+    link_policy: LinkPolicy,
     stats: &mut CollectStats,
     problems: &mut Vec<(usize, Problem)>,
 ) -> Vec<Listed> {
@@ -545,16 +576,23 @@ fn list_inputs(
             Input::Directory(dir) => match std::fs::read_dir(dir) {
                 Ok(entries) => {
                     stats.directories_present += 1;
+                    let mut links = LinkCheck::new(dir, link_policy);
                     for entry in entries.flatten() {
                         let name = entry.file_name();
-                        if name.to_str().is_some_and(is_listed_name) {
-                            // `file_type` comes from `readdir` (no `stat`) on
-                            // the file systems metrics live on.
-                            let regular = entry.file_type().is_ok_and(|t| t.is_file());
-                            paths.push(Listed {
-                                path: entry.path(),
-                                inode: regular.then(|| entry.ino()),
-                            });
+                        if !name.to_str().is_some_and(is_listed_name) {
+                            continue;
+                        }
+                        let path = entry.path();
+                        // `file_type` comes from `readdir` (no `stat`) on the
+                        // file systems metrics live on.
+                        let file_type = entry.file_type().ok();
+                        let is_link = file_type.is_some_and(|t| t.is_symlink());
+                        match if is_link { links.check(&path) } else { Ok(()) } {
+                            Ok(()) => paths.push(Listed {
+                                path,
+                                inode: file_type.is_some_and(|t| t.is_file()).then(|| entry.ino()),
+                            }),
+                            Err(reason) => problems.push((paths.len(), Problem { path, reason })),
                         }
                     }
                 }
@@ -563,6 +601,7 @@ fn list_inputs(
                         stats.directories_missing += 1;
                         SkipReason::DirectoryMissing
                     } else {
+                        stats.directories_unreadable += 1;
                         SkipReason::DirectoryUnreadable(e.to_string())
                     };
                     problems.push((
@@ -592,6 +631,7 @@ fn io_reason(e: io::Error) -> SkipReason {
         io::ErrorKind::NotFound => SkipReason::Vanished,
         io::ErrorKind::PermissionDenied => SkipReason::PermissionDenied,
         _ if e.raw_os_error() == Some(libc::EISDIR) => SkipReason::NotRegularFile,
+        _ if e.raw_os_error() == Some(libc::ELOOP) => SkipReason::LinkLoop,
         _ => SkipReason::Io(e.to_string()),
     }
 }

@@ -28,6 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::combine::{combine, Conflict, Part};
+use crate::link_policy::LinkPolicy;
 use crate::source::{CollectStats, Collection, Input, Problem, Reader, SkipReason};
 
 /// Reads every subdirectory of the parents as its own metrics directory.
@@ -35,6 +36,8 @@ use crate::source::{CollectStats, Collection, Input, Problem, Reader, SkipReason
 pub struct SubdirectoryReader {
     parents: Vec<PathBuf>,
     label: Arc<str>,
+    /// Which symbolic links the subdirectories' readers follow.
+    link_policy: LinkPolicy,
     /// One reader per subdirectory seen at the last collection.
     readers: BTreeMap<PathBuf, Reader>,
 }
@@ -62,10 +65,11 @@ pub struct SubdirectoryCollection {
 impl SubdirectoryReader {
     /// A reader of the subdirectories of `parents` (in that order), labelling
     /// samples with `label`.
-    pub fn new(parents: Vec<PathBuf>, label: impl Into<Arc<str>>) -> Self {
+    pub fn new(parents: Vec<PathBuf>, label: impl Into<Arc<str>>, link_policy: LinkPolicy) -> Self {
         Self {
             parents,
             label: label.into(),
+            link_policy,
             readers: BTreeMap::new(),
         }
     }
@@ -133,7 +137,7 @@ impl SubdirectoryReader {
                 Some(reader) => reader,
                 None => {
                     out.appeared.push(path.clone());
-                    Reader::new()
+                    Reader::with_link_policy(self.link_policy)
                 }
             };
             let collection = reader.collect(&[Input::Directory(path.clone())]);

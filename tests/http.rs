@@ -561,6 +561,7 @@ fn a_bad_file_is_skipped_counted_and_logged_once() {
             .filter(|l| l["path"].as_str() == Some(bad.to_str().unwrap()))
             .collect::<Vec<_>>()
     };
+    exporter.sync_logs();
     let logged = skipped(&exporter);
     assert_eq!(logged.len(), 1, "{logged:#?}");
     assert_eq!(logged[0]["level"], "WARN");
@@ -573,6 +574,7 @@ fn a_bad_file_is_skipped_counted_and_logged_once() {
             .metrics()
             .contains("multiproc_exporter_scrape_files_skipped{reason=\"bad_record\"} 1.0\n"));
     }
+    exporter.sync_logs();
     assert_eq!(skipped(&exporter).len(), 2);
 
     // Repaired: merged again, and the skip gauge drops to 0.
@@ -580,6 +582,7 @@ fn a_bad_file_is_skipped_counted_and_logged_once() {
     let body = exporter.metrics();
     assert!(body.contains("vllm:prompt_tokens_total{model_name=\"m\"} 6.0\n"));
     assert!(body.contains("multiproc_exporter_scrape_files_skipped{reason=\"bad_record\"} 0.0\n"));
+    exporter.sync_logs();
     assert!(exporter.find_log("File is readable again.").is_some());
 }
 

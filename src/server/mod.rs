@@ -39,6 +39,7 @@ use flate2::write::GzEncoder;
 use flate2::Compression;
 
 use crate::config::{Config, ConfigError};
+use crate::link_policy::LinkPolicy;
 use crate::negotiate::{choose_encoder, gzip_accepted, name_params, without_openmetrics};
 
 pub use listen::DEFAULT_LISTEN_ADDRESS;
@@ -136,6 +137,17 @@ pub struct ServeArgs {
         value_name = "NAME"
     )]
     pub subdirectories_label: Option<String>,
+    /// Follow symbolic links in a metrics directory wherever they point, as
+    /// prometheus_client does. By default a link is followed only when its
+    /// target lies inside the metrics directory; any other link is skipped
+    /// (reason `link_outside_directory`).
+    #[arg(
+        long = "dir.follow-links-outside",
+        env = "MULTIPROC_EXPORTER_DIR_FOLLOW_LINKS_OUTSIDE",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub follow_links_outside: bool,
 
     /// YAML configuration file (filtering, naming, constant labels; see
     /// docs/configuration.md). Reloaded when it changes and on SIGHUP; a bad
@@ -177,6 +189,7 @@ impl ServeArgs {
             disable_openmetrics: false,
             dirs,
             subdirectories_label: None,
+            follow_links_outside: false,
             config: None,
             log_format: LogFormat::Text,
             log_level: LogLevel::Info,
@@ -227,6 +240,8 @@ pub struct Settings {
     /// merged on their own and labelled with their name (already validated
     /// as a label name).
     pub subdirectories_label: Option<Arc<str>>,
+    /// Which symbolic links in the directories are followed.
+    pub link_policy: LinkPolicy,
     /// Metrics path (starts with `/`).
     pub telemetry_path: String,
     /// Whether to append the exporter's own metrics.
@@ -248,7 +263,11 @@ impl AppState {
         }
         self_metrics.observe_initial_config();
         Self(Arc::new(Shared {
-            scraper: scrape::Scraper::new(&settings.dirs, settings.subdirectories_label),
+            scraper: scrape::Scraper::new(
+                &settings.dirs,
+                settings.subdirectories_label,
+                settings.link_policy,
+            ),
             dirs: settings.dirs,
             telemetry_path: settings.telemetry_path,
             exporter_metrics: settings.exporter_metrics,
@@ -570,9 +589,15 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    let link_policy = if args.follow_links_outside {
+        LinkPolicy::Anywhere
+    } else {
+        LinkPolicy::InsideDirectory
+    };
     let state = AppState::new(Settings {
         dirs: dirs.clone(),
         subdirectories_label: args.subdirectories_label.as_deref().map(Arc::from),
+        link_policy,
         telemetry_path: args.telemetry_path.clone(),
         exporter_metrics: !args.disable_exporter_metrics,
         openmetrics: !args.disable_openmetrics,
@@ -586,6 +611,7 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
         version = env!("CARGO_PKG_VERSION"),
         dirs = ?dirs,
         subdirectories_label = ?args.subdirectories_label,
+        follow_links_outside = args.follow_links_outside,
         config = ?config_path,
         telemetry_path = %args.telemetry_path,
         "Starting multiproc-exporter."
@@ -687,6 +713,7 @@ mod tests {
         AppState::new(Settings {
             dirs: vec![dir],
             subdirectories_label: None,
+            link_policy: LinkPolicy::default(),
             telemetry_path: "/metrics".into(),
             exporter_metrics,
             openmetrics: true,

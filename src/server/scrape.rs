@@ -22,6 +22,7 @@ use std::time::Instant;
 
 use crate::config::Config;
 use crate::encode::{encode, Escaping, Format};
+use crate::link_policy::LinkPolicy;
 use crate::model::MetricFamily;
 use crate::source::{Collection, Input, Problem, Reader, SkipReason};
 use crate::subdirectories::SubdirectoryReader;
@@ -34,6 +35,7 @@ use super::subdirectories;
 #[derive(Debug)]
 pub(crate) struct Scraper {
     inputs: Vec<Input>,
+    link_policy: LinkPolicy,
     state: Mutex<ScrapeState>,
     in_flight: Mutex<InFlight>,
     finished: Condvar,
@@ -86,16 +88,23 @@ pub(crate) struct Request {
 }
 
 impl Scraper {
-    /// A scraper for these directories; with `subdirectories_label`, for
-    /// each of their subdirectories, labelled (see [`crate::subdirectories`]).
-    pub(crate) fn new(dirs: &[PathBuf], subdirectories_label: Option<Arc<str>>) -> Self {
+    /// A scraper for these directories, following links in them by
+    /// `link_policy`; with `subdirectories_label`, for each of their
+    /// subdirectories, labelled (see [`crate::subdirectories`]).
+    pub(crate) fn new(
+        dirs: &[PathBuf],
+        subdirectories_label: Option<Arc<str>>,
+        link_policy: LinkPolicy,
+    ) -> Self {
         Self {
             inputs: dirs.iter().cloned().map(Input::Directory).collect(),
             state: Mutex::new(ScrapeState {
+                reader: Reader::with_link_policy(link_policy),
                 per_subdirectory: subdirectories_label
-                    .map(|label| SubdirectoryReader::new(dirs.to_vec(), label)),
+                    .map(|label| SubdirectoryReader::new(dirs.to_vec(), label, link_policy)),
                 ..ScrapeState::default()
             }),
+            link_policy,
             in_flight: Mutex::new(InFlight::default()),
             finished: Condvar::new(),
             rechecks: Mutex::new(Rechecks::default()),
@@ -223,9 +232,13 @@ impl Scraper {
             tracing::error!(
                 "Reading the metric files panicked (a bug); serving no merged metrics this time."
             );
-            state.reader = Reader::new();
+            state.reader = Reader::with_link_policy(self.link_policy);
             if let Some(reader) = &mut state.per_subdirectory {
-                *reader = SubdirectoryReader::new(reader.parents().to_vec(), reader.label());
+                *reader = SubdirectoryReader::new(
+                    reader.parents().to_vec(),
+                    reader.label(),
+                    self.link_policy,
+                );
             }
             (Collection::default(), None)
         });

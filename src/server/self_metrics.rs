@@ -55,6 +55,8 @@ const SKIP_REASONS: &[&str] = &[
     "vanished",
     "permission_denied",
     "not_regular_file",
+    "link_outside_directory",
+    "link_loop",
     "io_error",
     "short_file",
     "bad_header",
@@ -105,7 +107,7 @@ impl SelfMetrics {
                 .get_or_create(&vec![("reason", (*reason).to_owned())])
                 .set(0);
         }
-        for state in ["present", "missing"] {
+        for state in ["present", "missing", "unreadable"] {
             m.directories
                 .get_or_create(&vec![("state", state.to_owned())])
                 .set(0);
@@ -138,7 +140,7 @@ impl SelfMetrics {
         );
         registry.register(
             format!("{p}scrape_directories"),
-            "Configured metric directories at the last scrape, by state (present or missing)",
+            "Configured metric directories at the last scrape, by state (present, missing or unreadable)",
             m.directories.clone(),
         );
         registry.register(
@@ -204,6 +206,9 @@ impl SelfMetrics {
         self.directories
             .get_or_create(&vec![("state", "missing".to_owned())])
             .set(count(stats.directories_missing));
+        self.directories
+            .get_or_create(&vec![("state", "unreadable".to_owned())])
+            .set(count(stats.directories_unreadable));
         for reason in SKIP_REASONS {
             let n = if *reason == "panic" {
                 usize::from(panicked)

@@ -1,9 +1,13 @@
 //! Helpers for the tests that run the real exporter binary over HTTP: starting
-//! and stopping it on an ephemeral port, an HTTP client, polling with a
-//! timeout, writing `.db` files in prometheus_client's layout, and finding the
-//! Python venv.
+//! and stopping it on an ephemeral port (directly or through a wrapper such as
+//! `setpriv`), an HTTP client, polling with a timeout, writing `.db` files in
+//! prometheus_client's layout, finding the Python venv, computing
+//! prometheus_client's exposition for a list of files, and taking a scrape
+//! body apart (merged families, self-metrics).
 #![allow(dead_code)]
 
+use std::collections::HashMap;
+use std::ffi::OsString;
 use std::io::{BufRead as _, BufReader, Read as _};
 use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
@@ -36,6 +40,31 @@ pub(crate) fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
             panic!("timed out waiting for {what}");
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// How to launch the exporter beyond its arguments.
+#[derive(Debug, Clone)]
+pub(crate) struct Launch {
+    /// A command (and its arguments) that runs the exporter binary, such as
+    /// `setpriv --reuid=65534 ... --`; empty to run the binary directly.
+    pub(crate) wrapper: Vec<OsString>,
+    /// The exporter binary (a copy reachable by another user, for example).
+    pub(crate) binary: PathBuf,
+    /// Extra environment variables.
+    pub(crate) env: Vec<(String, String)>,
+    /// `--log.level` (the JSON log lines are captured either way).
+    pub(crate) log_level: &'static str,
+}
+
+impl Default for Launch {
+    fn default() -> Self {
+        Self {
+            wrapper: Vec::new(),
+            binary: exporter_bin(),
+            env: Vec::new(),
+            log_level: "debug",
+        }
     }
 }
 
@@ -82,19 +111,42 @@ impl Exporter {
 
     /// Like [`Exporter::start`], with extra environment variables.
     pub(crate) fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
-        let mut command = Command::new(exporter_bin());
+        Self::launch(
+            args,
+            &Launch {
+                env: env
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+                ..Launch::default()
+            },
+        )
+    }
+
+    /// Starts `[WRAPPER...] BINARY serve ARGS --web.listen-address 127.0.0.1:0
+    /// --log.format json --log.level LEVEL` as `launch` says and waits until
+    /// it listens.
+    pub(crate) fn launch(args: &[&str], launch: &Launch) -> Self {
+        let mut command = match launch.wrapper.split_first() {
+            Some((program, wrapper_args)) => {
+                let mut c = Command::new(program);
+                c.args(wrapper_args).arg(&launch.binary);
+                c
+            }
+            None => Command::new(&launch.binary),
+        };
         command
             .arg("serve")
             .args(args)
             .args(["--web.listen-address", "127.0.0.1:0"])
-            .args(["--log.format", "json", "--log.level", "debug"])
+            .args(["--log.format", "json", "--log.level", launch.log_level])
             .env_remove("PROMETHEUS_MULTIPROC_DIR")
             .env_remove("prometheus_multiproc_dir")
             .env_remove("MULTIPROC_EXPORTER_CONFIG")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        for (k, v) in env {
+        for (k, v) in &launch.env {
             command.env(k, v);
         }
         let mut child = command.spawn().expect("start the exporter");
@@ -154,6 +206,38 @@ impl Exporter {
         self.child.id()
     }
 
+    /// Whether the process is still running (it has neither exited nor been
+    /// killed by a signal such as SIGBUS).
+    pub(crate) fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// GET `path`; if the request fails, panics saying whether the process
+    /// died (and how: a signal such as SIGBUS shows in the exit status).
+    pub(crate) fn get_or_explain(&mut self, path: &str, headers: &[(&str, &str)]) -> Reply {
+        match try_get_within(&format!("{}{path}", self.base), headers, TIMEOUT) {
+            Ok(reply) => reply,
+            Err(e) => {
+                // A dying process closes its sockets before it can be waited for.
+                for _ in 0..50 {
+                    if let Ok(Some(status)) = self.child.try_wait() {
+                        panic!("the exporter died ({status}): {e}");
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                panic!("GET {path} failed while the exporter runs: {e}")
+            }
+        }
+    }
+
+    /// Asserts that the process is running and answers `/-/healthy`.
+    pub(crate) fn assert_alive(&mut self) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            panic!("the exporter died: {status}; logs: {:#?}", self.logs());
+        }
+        assert_eq!(self.get("/-/healthy").status, 200);
+    }
+
     /// Sends a signal (`HUP`, `TERM`, `INT`) with the shell's `kill` builtin
     /// (no `kill` binary needed, no unsafe code).
     pub(crate) fn signal(&self, name: &str) {
@@ -163,6 +247,18 @@ impl Exporter {
             .status()
             .expect("run sh -c kill");
         assert!(status.success(), "kill -{name} failed");
+    }
+
+    /// Returns once every log line written before this call has been captured:
+    /// sends SIGHUP and waits for the line it logs (`info`; without a
+    /// configuration file nothing is reloaded).
+    pub(crate) fn sync_logs(&self) {
+        let marker = "SIGHUP received; reloading the configuration.";
+        let before = self.logs_with(marker).len();
+        self.signal("HUP");
+        wait_for("the SIGHUP log line", || {
+            (self.logs_with(marker).len() > before).then_some(())
+        });
     }
 
     /// Waits for the process to exit.
@@ -198,16 +294,31 @@ impl Drop for Exporter {
 
 /// A GET request with a real HTTP client; any status is a reply.
 pub(crate) fn get(url: &str, headers: &[(&str, &str)]) -> Reply {
+    get_within(url, headers, TIMEOUT)
+}
+
+/// Like [`get`], failing when the whole exchange takes longer than `timeout`.
+pub(crate) fn get_within(url: &str, headers: &[(&str, &str)], timeout: Duration) -> Reply {
+    try_get_within(url, headers, timeout).expect("HTTP request")
+}
+
+/// Like [`get_within`], with the transport error (connection refused or
+/// reset, timeout) as an `Err` instead of a panic.
+pub(crate) fn try_get_within(
+    url: &str,
+    headers: &[(&str, &str)],
+    timeout: Duration,
+) -> Result<Reply, ureq::Error> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
-        .timeout_global(Some(TIMEOUT))
+        .timeout_global(Some(timeout))
         .build()
         .into();
     let mut request = agent.get(url);
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
-    let response = request.call().expect("HTTP request");
+    let response = request.call()?;
     let status = response.status().as_u16();
     let headers = response
         .headers()
@@ -215,16 +326,12 @@ pub(crate) fn get(url: &str, headers: &[(&str, &str)]) -> Reply {
         .map(|(n, v)| (n.as_str().to_owned(), v.to_str().unwrap_or("").to_owned()))
         .collect();
     let mut body = Vec::new();
-    response
-        .into_body()
-        .into_reader()
-        .read_to_end(&mut body)
-        .expect("read body");
-    Reply {
+    response.into_body().into_reader().read_to_end(&mut body)?;
+    Ok(Reply {
         status,
         headers,
         body,
-    }
+    })
 }
 
 /// Runs `multiproc-exporter ARGS` to completion; (exit code, stdout, stderr).
@@ -262,7 +369,10 @@ pub(crate) fn copy_dir(from: &Path, to: &Path) {
         .collect();
     entries.sort();
     for path in entries {
-        std::fs::copy(&path, to.join(path.file_name().unwrap())).unwrap();
+        let target = to.join(path.file_name().unwrap());
+        if let Err(e) = std::fs::copy(&path, &target) {
+            panic!("copy {} to {}: {e}", path.display(), target.display());
+        }
     }
 }
 
@@ -352,4 +462,168 @@ pub(crate) fn run_python(
         String::from_utf8_lossy(&output.stderr)
     );
     String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// `Accept` of a client that wants OpenMetrics 1.0.0 with the default
+/// (`underscores`) escaping.
+pub(crate) const ACCEPT_OPENMETRICS: &str = "application/openmetrics-text;version=1.0.0";
+
+/// The merged families of a scrape body: everything before the exporter's
+/// own metrics (and before `# EOF` in OpenMetrics).
+pub(crate) fn merged_part(body: &str) -> &str {
+    let end = body
+        .find("# HELP multiproc_exporter_build_info ")
+        .or_else(|| body.find("# EOF\n"))
+        .unwrap_or(body.len());
+    &body[..end]
+}
+
+/// The value of one self-metric series (`name{labels}` exactly as written,
+/// e.g. `multiproc_exporter_scrape_files_skipped{reason="short_file"}`).
+pub(crate) fn sample_value(body: &str, series: &str) -> Option<f64> {
+    body.lines().find_map(|line| {
+        let value = line.strip_prefix(series)?.strip_prefix(' ')?;
+        value.parse().ok()
+    })
+}
+
+/// The `multiproc_exporter_scrape_files_skipped` values by reason.
+pub(crate) fn skipped_by_reason(body: &str) -> HashMap<String, f64> {
+    const PREFIX: &str = "multiproc_exporter_scrape_files_skipped{reason=\"";
+    body.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix(PREFIX)?;
+            let (reason, value) = rest.split_once("\"} ")?;
+            Some((reason.to_owned(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The `*.db` entries of a directory (not hidden ones), in `readdir` order:
+/// the order in which both the exporter and prometheus_client's `glob` read them.
+pub(crate) fn listing_order(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".db") && !n.starts_with('.'))
+        .collect()
+}
+
+/// prometheus_client's exposition of some files, with the default escaping.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Exposition {
+    /// Text format 0.0.4.
+    pub(crate) text: String,
+    /// OpenMetrics 1.0.0 (ends with `# EOF`).
+    pub(crate) openmetrics: String,
+}
+
+/// What prometheus_client 0.26.0 prints for each named, ordered list of
+/// files (`tests/python/merge_files.py`); panics if Python fails for one.
+pub(crate) fn python_expositions(
+    python: &Path,
+    lists: &[(String, Vec<PathBuf>)],
+) -> HashMap<String, Exposition> {
+    let out = tempfile::tempdir().unwrap();
+    let spec: serde_json::Map<String, serde_json::Value> = lists
+        .iter()
+        .map(|(name, files)| {
+            let files = files
+                .iter()
+                .map(|f| serde_json::Value::from(f.to_str().unwrap()))
+                .collect();
+            (name.clone(), serde_json::Value::Array(files))
+        })
+        .collect();
+    let spec_path = out.path().join("spec.json");
+    std::fs::write(&spec_path, serde_json::to_vec(&spec).unwrap()).unwrap();
+    let status = Command::new(python)
+        .arg(repo_root().join("tests/python/merge_files.py"))
+        .arg(out.path())
+        .arg(&spec_path)
+        .status()
+        .expect("run merge_files.py");
+    assert!(status.success(), "merge_files.py failed");
+    lists
+        .iter()
+        .map(|(name, _)| {
+            let read = |kind: &str| {
+                let path = out.path().join(format!("{name}.{kind}.underscores"));
+                std::fs::read_to_string(&path).unwrap_or_else(|_| {
+                    let error = std::fs::read_to_string(out.path().join(format!("{name}.error")));
+                    panic!("prometheus_client failed on list {name}: {error:?}")
+                })
+            };
+            let exposition = Exposition {
+                text: read("text"),
+                openmetrics: read("openmetrics"),
+            };
+            (name.clone(), exposition)
+        })
+        .collect()
+}
+
+/// A text exposition as its sorted family blocks (from one `# HELP` line to
+/// the next), for comparing outputs whose family order may legitimately
+/// differ (it follows the order in which files are listed).
+pub(crate) fn family_blocks(text: &str) -> Vec<String> {
+    let mut blocks: Vec<String> = Vec::new();
+    for line in text.lines() {
+        if line.starts_with("# HELP ") || blocks.is_empty() {
+            blocks.push(String::new());
+        }
+        let block = blocks.last_mut().unwrap();
+        block.push_str(line);
+        block.push('\n');
+    }
+    blocks.sort();
+    blocks
+}
+
+/// Whether this process runs as root (file modes do not stop it then).
+pub(crate) fn is_root() -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+/// How to run the exporter as an unprivileged user: as root, through
+/// util-linux's `setpriv` as `nobody` (uid and gid 65534, no groups, no
+/// capabilities, `no_new_privs`), from a copy of the binary in `reachable`
+/// (a temporary directory, opened to everyone here; the build directory may
+/// not be reachable); otherwise directly, as the current (unprivileged) user.
+pub(crate) fn unprivileged_launch(reachable: &Path) -> Launch {
+    if !is_root() {
+        return Launch::default();
+    }
+    use std::os::unix::fs::PermissionsExt as _;
+    let binary = reachable.join("multiproc-exporter");
+    if std::fs::hard_link(exporter_bin(), &binary).is_err() {
+        std::fs::copy(exporter_bin(), &binary).expect("copy the exporter binary");
+    }
+    let mode = std::fs::metadata(reachable).unwrap().permissions().mode();
+    std::fs::set_permissions(reachable, std::fs::Permissions::from_mode(mode | 0o555)).unwrap();
+    for ancestor in reachable.ancestors().skip(1) {
+        let mode = std::fs::metadata(ancestor).unwrap().permissions().mode();
+        assert!(
+            mode & 0o001 != 0,
+            "{} cannot be entered by other users: set TMPDIR to a directory they can reach",
+            ancestor.display()
+        );
+    }
+    Launch {
+        wrapper: [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--no-new-privs",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--",
+        ]
+        .map(OsString::from)
+        .to_vec(),
+        binary,
+        ..Launch::default()
+    }
 }
