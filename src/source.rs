@@ -20,7 +20,7 @@
 //! followed according to a [`LinkPolicy`] (by default only links that stay
 //! inside the directory, see [`crate::link_policy`]).
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{DirEntryExt, FileExt, MetadataExt, OpenOptionsExt};
@@ -225,7 +225,8 @@ struct Listed {
 #[derive(Debug, Default)]
 pub struct Reader {
     store: KeyStore,
-    files: FxHashMap<PathBuf, CachedFile>,
+    /// Keyed by path bytes (hashing a `Path` walks its components).
+    files: FxHashMap<OsString, CachedFile>,
     next_generation: u64,
     plan: Option<(Vec<u64>, MergePlan)>,
     plan_problems: Vec<(u64, MergeError)>,
@@ -263,7 +264,7 @@ impl Reader {
     /// is noticed by the fault it causes only when a whole page disappears;
     /// this check notices every size change.
     pub fn recheck(&mut self, path: &Path) {
-        if let Some(cached) = self.files.get_mut(path) {
+        if let Some(cached) = self.files.get_mut(path.as_os_str()) {
             cached.recheck = true;
         }
     }
@@ -318,19 +319,22 @@ impl Reader {
             }
         }
         self.files.retain(|_, cached| cached.seen);
+        let files = &self.files;
+        let merged_files: Vec<&CachedFile> = merged
+            .iter()
+            .filter_map(|p| files.get(p.as_os_str()))
+            .collect();
+        debug_assert_eq!(merged_files.len(), merged.len());
 
         // Re-plan only when the structure changed.
-        let signature: Vec<u64> = merged.iter().map(|p| self.files[*p].generation).collect();
+        let signature: Vec<u64> = merged_files.iter().map(|c| c.generation).collect();
         let reuse = matches!(&self.plan, Some((previous, _)) if *previous == signature);
         if !reuse {
-            let inputs: Vec<PlanInput<'_>> = merged
+            let inputs: Vec<PlanInput<'_>> = merged_files
                 .iter()
-                .map(|p| {
-                    let cached = &self.files[*p];
-                    PlanInput {
-                        name: &cached.name,
-                        keys: &cached.keys,
-                    }
+                .map(|cached| PlanInput {
+                    name: &cached.name,
+                    keys: &cached.keys,
                 })
                 .collect();
             let planned = plan(&mut self.store, &inputs, true);
@@ -359,11 +363,10 @@ impl Reader {
         if let Some((_, plan)) = &self.plan {
             for &i in plan.files() {
                 stats.files_merged += 1;
-                stats.records += self.files[merged[i]].values.len();
+                stats.records += merged_files[i].values.len();
             }
-            let files = &self.files;
             families = plan
-                .evaluate(|i| files[merged[i]].values.as_slice())
+                .evaluate(|i| merged_files[i].values.as_slice())
                 .unwrap_or_default();
         }
         stats.keys_decoded = self.store.len() - keys_before;
@@ -381,7 +384,7 @@ impl Reader {
         let Some(inode) = listed.inode else {
             return false;
         };
-        let Some(cached) = self.files.get_mut(&listed.path) else {
+        let Some(cached) = self.files.get_mut(listed.path.as_os_str()) else {
             return false;
         };
         if cached.inode != inode {
@@ -449,7 +452,7 @@ impl Reader {
         // a page, like Python's first read), then the rest if the file grew.
         let previous = self
             .files
-            .get(path)
+            .get(path.as_os_str())
             .filter(|c| c.device == meta.dev() && c.inode == meta.ino())
             .map_or(0, |c| c.parsed_until);
         let first = previous.max(FIRST_READ).min(file_len);
@@ -481,14 +484,14 @@ impl Reader {
             }));
         }
 
-        let still_valid = self.files.get(path).is_some_and(|c| {
+        let still_valid = self.files.get(path.as_os_str()).is_some_and(|c| {
             c.device == meta.dev() && c.inode == meta.ino() && used >= c.parsed_until
         });
         if !still_valid {
             let generation = self.next_generation;
             self.next_generation += 1;
             self.files.insert(
-                path.to_path_buf(),
+                path.as_os_str().to_os_string(),
                 CachedFile {
                     device: meta.dev(),
                     inode: meta.ino(),
@@ -504,7 +507,10 @@ impl Reader {
                 },
             );
         }
-        let cached = self.files.get_mut(path).ok_or(SkipReason::Vanished)?;
+        let cached = self
+            .files
+            .get_mut(path.as_os_str())
+            .ok_or(SkipReason::Vanished)?;
         cached.seen = true;
 
         let data = &self.buffer[..used];
