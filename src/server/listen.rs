@@ -1,10 +1,28 @@
 //! Listen addresses in the exporter-toolkit style (`host:port`,
-//! `[ipv6]:port`, `:port`) and binding them.
+//! `[ipv6]:port`, `:port`), binding them, and serving connections: the accept
+//! loop, TLS (with a `400` answer to plain HTTP on a TLS port, as Go gives),
+//! HTTP/1.1 through hyper with the limits and deadlines of [`super::limits`],
+//! and graceful shutdown (stop accepting, let requests in progress finish,
+//! close idle connections).
 
+use std::convert::Infallible;
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
 
-use tokio::net::TcpListener;
+use axum::Router;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tower::ServiceExt as _;
+
+use super::limits::{Activity, ConnectionSlot, Connections, TimedIo, TrackedBody};
+use super::tls::{looks_like_plain_http, PLAIN_HTTP_RESPONSE};
+use super::web_config::WebSettings;
+use super::web_metrics::CloseReason;
 
 /// The default `--web.listen-address`.
 ///
@@ -51,6 +69,216 @@ async fn bind(address: &str) -> io::Result<TcpListener> {
         io::Error::new(io::ErrorKind::NotFound, "the host name resolves to nothing")
     })?;
     TcpListener::bind(first).await
+}
+
+/// What every connection needs.
+#[derive(Debug)]
+pub(super) struct ServeContext {
+    /// The routes, with the web layers (authentication, limits, headers).
+    pub(super) router: Router,
+    /// The web configuration in force (TLS, users, headers).
+    pub(super) web: Arc<WebSettings>,
+    /// The connection table (limit and eviction).
+    pub(super) connections: Arc<Connections>,
+}
+
+/// Accepts and serves connections until `shutdown` turns true, then waits for
+/// the connections to finish (in-flight requests complete; idle connections
+/// close at once).
+pub(super) async fn serve_listener(
+    listener: TcpListener,
+    context: Arc<ServeContext>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
+    let mut last_error: Option<io::ErrorKind> = None;
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.wait_for(|stop| *stop) => break,
+        };
+        match accepted {
+            Ok((stream, _peer)) => {
+                last_error = None;
+                let Some(slot) = context.connections.admit() else {
+                    drop(stream);
+                    continue;
+                };
+                let context = context.clone();
+                let shutdown = shutdown.clone();
+                let done = done_tx.clone();
+                tokio::spawn(async move {
+                    serve_connection(stream, slot, &context, shutdown).await;
+                    drop(done);
+                });
+            }
+            Err(e) => {
+                // Out of file descriptors and the like: log once per kind of
+                // error, back off a little and go on.
+                if last_error != Some(e.kind()) {
+                    tracing::warn!(error = %e, "Cannot accept a connection; retrying.");
+                    last_error = Some(e.kind());
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    drop(listener);
+    drop(done_tx);
+    // Completes once every connection task has dropped its sender.
+    let _ = done_rx.recv().await;
+}
+
+/// Serves one connection until it ends, is closed by a deadline, is evicted
+/// to make room, or the server shuts down.
+async fn serve_connection(
+    stream: TcpStream,
+    slot: ConnectionSlot,
+    context: &ServeContext,
+    shutdown: watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    let activity = slot.activity.clone();
+    tokio::select! {
+        () = connection(stream, &activity, context, shutdown) => {}
+        () = activity.evicted() => {}
+    }
+    match activity.close_reason() {
+        // Counted when it was chosen.
+        None | Some(CloseReason::Evicted) => {}
+        Some(reason) => {
+            context.web.metrics().connection_closed(reason);
+            tracing::debug!(reason = reason.label(), "Closed a connection.");
+        }
+    }
+    drop(slot);
+}
+
+async fn connection(
+    stream: TcpStream,
+    activity: &Arc<Activity>,
+    context: &ServeContext,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let Some(tls) = context.web.current().tls.clone() else {
+        let io = TimedIo::new(stream, activity.clone());
+        return http(io, activity, &context.router, shutdown).await;
+    };
+    let handshake = async {
+        let mut first = [0u8; 3];
+        let peeked = match activity.header_deadline() {
+            Some(deadline) => tokio::time::timeout_at(deadline, stream.peek(&mut first)).await,
+            None => Ok(stream.peek(&mut first).await),
+        };
+        match peeked {
+            Err(_elapsed) => {
+                activity.closed_by(CloseReason::HeaderTimeout);
+                return None;
+            }
+            Ok(Err(_) | Ok(0)) => return None,
+            Ok(Ok(n)) if looks_like_plain_http(&first[..n]) => {
+                answer_plain_http(stream).await;
+                context
+                    .web
+                    .metrics()
+                    .connection_closed(CloseReason::PlainHttp);
+                tracing::debug!("Answered plain HTTP on a TLS port with 400.");
+                return None;
+            }
+            Ok(Ok(_)) => {}
+        }
+        let io = TimedIo::new(stream, activity.clone());
+        match tokio_rustls::TlsAcceptor::from(tls).accept(io).await {
+            Ok(tls_stream) => Some(tls_stream),
+            Err(e) => {
+                if activity.close_reason().is_none() {
+                    context
+                        .web
+                        .metrics()
+                        .connection_closed(CloseReason::TlsHandshake);
+                    tracing::debug!(error = %e, "TLS handshake failed.");
+                }
+                None
+            }
+        }
+    };
+    let tls_stream = tokio::select! {
+        stream = handshake => stream,
+        _ = shutdown.wait_for(|stop| *stop) => None,
+    };
+    if let Some(tls_stream) = tls_stream {
+        http(tls_stream, activity, &context.router, shutdown).await;
+    }
+}
+
+/// Writes Go's `400` answer, then reads (and discards) what the client sent
+/// for a moment, so that closing does not reset the connection before the
+/// client has read the answer.
+async fn answer_plain_http(mut stream: TcpStream) {
+    const LINGER: Duration = Duration::from_secs(1);
+    let _ = tokio::time::timeout(LINGER, async {
+        stream.write_all(PLAIN_HTTP_RESPONSE).await?;
+        stream.shutdown().await?;
+        let mut sink = [0u8; 4096];
+        let mut total = 0usize;
+        while total < 64 * 1024 {
+            match stream.read(&mut sink).await? {
+                0 => break,
+                n => total += n,
+            }
+        }
+        Ok::<(), io::Error>(())
+    })
+    .await;
+}
+
+/// Serves HTTP/1.1 on an established (plain or TLS) stream.
+async fn http<I>(
+    io: I,
+    activity: &Arc<Activity>,
+    router: &Router,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let router = router.clone();
+    let tracked = activity.clone();
+    let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+        let guard = tracked.begin_request();
+        let router = router.clone();
+        async move {
+            let response = match router.oneshot(request).await {
+                Ok(response) => response,
+                Err(never) => match never {},
+            };
+            Ok::<_, Infallible>(
+                response.map(|body| axum::body::Body::new(TrackedBody::new(body, guard))),
+            )
+        }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    // Deadlines are enforced by `TimedIo`, which also covers the TLS
+    // handshake and separates idle waiting from reading headers.
+    builder.keep_alive(true).header_read_timeout(None);
+    let connection = builder.serve_connection(TokioIo::new(io), service);
+    tokio::pin!(connection);
+    let mut shutting_down = false;
+    loop {
+        tokio::select! {
+            result = connection.as_mut() => {
+                if let Err(e) = result {
+                    if activity.close_reason().is_none() {
+                        tracing::debug!(error = %e, "HTTP connection error.");
+                    }
+                }
+                return;
+            }
+            _ = shutdown.wait_for(|stop| *stop), if !shutting_down => {
+                connection.as_mut().graceful_shutdown();
+                shutting_down = true;
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -14,18 +14,24 @@
 //! return only the self-metrics, and `/-/ready` answers 503 until a directory
 //! exists.
 
+mod auth;
+mod limits;
 mod listen;
 mod logging;
 mod process;
 mod scrape;
 mod self_metrics;
 mod subdirectories;
+mod tls;
 mod watch;
+mod web_config;
+mod web_metrics;
 
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{RawQuery, State};
@@ -43,6 +49,7 @@ use crate::link_policy::LinkPolicy;
 use crate::negotiate::{choose_encoder, gzip_accepted, name_params, without_openmetrics};
 
 pub use listen::DEFAULT_LISTEN_ADDRESS;
+pub use web_config::{HttpServerConfig, TlsServerConfig, WebConfigFile};
 
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -159,6 +166,73 @@ pub struct ServeArgs {
     )]
     pub config: Option<PathBuf>,
 
+    /// Web configuration file in the format of Prometheus's exporter-toolkit
+    /// (`tls_server_config`, `http_server_config`, `basic_auth_users`; see
+    /// docs/configuration.md). Checked for changes every second: new
+    /// certificates and passwords apply without a restart; a bad new version
+    /// is logged and the previous one stays in force.
+    #[arg(
+        long = "web.config.file",
+        env = "MULTIPROC_EXPORTER_WEB_CONFIG_FILE",
+        value_name = "FILE"
+    )]
+    pub web_config_file: Option<PathBuf>,
+
+    /// Maximum number of scrapes of the metrics path served at once; more are
+    /// answered at once with 503. 0 means no limit.
+    #[arg(
+        long = "web.max-requests",
+        env = "MULTIPROC_EXPORTER_WEB_MAX_REQUESTS",
+        value_name = "N",
+        default_value_t = 40
+    )]
+    pub max_requests: usize,
+
+    /// Maximum number of open connections. When reached, the connection
+    /// that has waited longest without a request in progress is closed to
+    /// make room; when all are busy, new ones are refused. 0 means no limit.
+    #[arg(
+        long = "web.max-connections",
+        env = "MULTIPROC_EXPORTER_WEB_MAX_CONNECTIONS",
+        value_name = "N",
+        default_value_t = 512
+    )]
+    pub max_connections: usize,
+
+    /// Time allowed for the TLS handshake and the request headers (from the
+    /// connection's start, or from the first byte of a later request on a
+    /// kept-alive connection). 0 disables.
+    #[arg(
+        long = "web.read-header-timeout",
+        env = "MULTIPROC_EXPORTER_WEB_READ_HEADER_TIMEOUT",
+        value_name = "DURATION",
+        value_parser = parse_duration,
+        default_value = "10s"
+    )]
+    pub read_header_timeout: Duration,
+
+    /// How long a kept-alive connection may wait for its next request.
+    /// 0 disables.
+    #[arg(
+        long = "web.idle-timeout",
+        env = "MULTIPROC_EXPORTER_WEB_IDLE_TIMEOUT",
+        value_name = "DURATION",
+        value_parser = parse_duration,
+        default_value = "5m"
+    )]
+    pub idle_timeout: Duration,
+
+    /// Time allowed from a request's headers having been read to the last
+    /// byte of its response being written (the scrape included). 0 disables.
+    #[arg(
+        long = "web.write-timeout",
+        env = "MULTIPROC_EXPORTER_WEB_WRITE_TIMEOUT",
+        value_name = "DURATION",
+        value_parser = parse_duration,
+        default_value = "2m"
+    )]
+    pub write_timeout: Duration,
+
     /// Log format.
     #[arg(
         long = "log.format",
@@ -191,10 +265,30 @@ impl ServeArgs {
             subdirectories_label: None,
             follow_links_outside: false,
             config: None,
+            web_config_file: None,
+            max_requests: 40,
+            max_connections: 512,
+            read_header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(300),
+            write_timeout: Duration::from_secs(120),
             log_format: LogFormat::Text,
             log_level: LogLevel::Info,
         }
     }
+}
+
+/// A duration flag: `10s`, `500ms`, `2m`, `1h30m`; `0` disables.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
+    humantime::parse_duration(text).map_err(|e| format!("{e} (write e.g. 10s, 500ms, 2m or 0)"))
+}
+
+/// A timeout flag's value: zero means none.
+fn timeout(duration: Duration) -> Option<Duration> {
+    (!duration.is_zero()).then_some(duration)
 }
 
 /// What triggered a configuration reload.
@@ -257,7 +351,12 @@ pub struct Settings {
 impl AppState {
     /// A new state; nothing is read until the first scrape.
     pub fn new(settings: Settings) -> Self {
-        let mut self_metrics = self_metrics::SelfMetrics::new(settings.exporter_metrics);
+        let self_metrics = self_metrics::SelfMetrics::new(settings.exporter_metrics);
+        Self::with_self_metrics(settings, self_metrics)
+    }
+
+    /// A new state with self-metrics made beforehand.
+    fn with_self_metrics(settings: Settings, mut self_metrics: self_metrics::SelfMetrics) -> Self {
         if settings.subdirectories_label.is_some() {
             self_metrics.register_subdirectory_metrics();
         }
@@ -582,6 +681,20 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
             },
         },
     };
+    let self_metrics = self_metrics::SelfMetrics::new(!args.disable_exporter_metrics);
+    let web_config_path = args.web_config_file.as_deref().map(absolute);
+    let web = match web_config::WebSettings::load(
+        web_config_path.clone(),
+        self_metrics.web.clone(),
+    ) {
+        Ok(web) => web,
+        Err(e) => {
+            return invalid(format!(
+                "Invalid web configuration file {}: {e}",
+                web_config_path.unwrap_or_default().display()
+            ))
+        }
+    };
     let listeners = match listen::bind_all(&args.listen_addresses).await {
         Ok(l) => l,
         Err(e) => {
@@ -594,16 +707,19 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
     } else {
         LinkPolicy::InsideDirectory
     };
-    let state = AppState::new(Settings {
-        dirs: dirs.clone(),
-        subdirectories_label: args.subdirectories_label.as_deref().map(Arc::from),
-        link_policy,
-        telemetry_path: args.telemetry_path.clone(),
-        exporter_metrics: !args.disable_exporter_metrics,
-        openmetrics: !args.disable_openmetrics,
-        config_path: config_path.clone(),
-        config,
-    });
+    let state = AppState::with_self_metrics(
+        Settings {
+            dirs: dirs.clone(),
+            subdirectories_label: args.subdirectories_label.as_deref().map(Arc::from),
+            link_policy,
+            telemetry_path: args.telemetry_path.clone(),
+            exporter_metrics: !args.disable_exporter_metrics,
+            openmetrics: !args.disable_openmetrics,
+            config_path: config_path.clone(),
+            config,
+        },
+        self_metrics,
+    );
     if let Some(bytes) = config_bytes {
         state.0.remember_config_bytes(bytes);
     }
@@ -614,45 +730,71 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
         follow_links_outside = args.follow_links_outside,
         config = ?config_path,
         telemetry_path = %args.telemetry_path,
+        web_config = ?web_config_path,
+        tls = web.tls_enabled(),
+        basic_auth = !web.current().users.is_empty(),
         "Starting multiproc-exporter."
     );
 
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let watcher = tokio::spawn(watch::run(state.0.clone(), shutdown_rx.clone()));
-    let router = app(state);
+    let web_watcher = tokio::spawn(web.clone().watch(shutdown_rx.clone()));
+    let metrics = web.metrics().clone();
+    let scrape_limit =
+        limits::ScrapeLimit::new(args.telemetry_path.clone(), args.max_requests, metrics.clone());
+    let web_layer = Arc::new(auth::WebLayer {
+        web: web.clone(),
+        auth: auth::BasicAuth::default(),
+    });
+    let router = app(state)
+        .layer(axum::middleware::from_fn_with_state(
+            scrape_limit,
+            limits::limit_scrapes,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            web_layer,
+            auth::apply_web_config,
+        ));
+    let context = Arc::new(listen::ServeContext {
+        router,
+        connections: limits::Connections::new(
+            args.max_connections,
+            limits::Timeouts {
+                read_header: timeout(args.read_header_timeout),
+                idle: timeout(args.idle_timeout),
+                write: timeout(args.write_timeout),
+            },
+            metrics,
+        ),
+        web: web.clone(),
+    });
     let mut servers = Vec::new();
     for listener in listeners {
         if let Ok(address) = listener.local_addr() {
-            tracing::info!(address = %address, "Listening.");
+            tracing::info!(
+                address = %address,
+                tls = web.tls_enabled(),
+                "Listening."
+            );
         }
-        let mut rx = shutdown_rx.clone();
-        let router = router.clone();
-        servers.push(tokio::spawn(async move {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(async move {
-                    let _ = rx.wait_for(|stop| *stop).await;
-                })
-                .await
-        }));
+        servers.push(tokio::spawn(listen::serve_listener(
+            listener,
+            context.clone(),
+            shutdown_rx.clone(),
+        )));
     }
     shutdown_signal().await;
     tracing::info!("Shutting down: finishing in-flight requests.");
     let _ = shutdown_tx.send(true);
     let mut code = ExitCode::SUCCESS;
     for server in servers {
-        match server.await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                tracing::error!(error = %e, "Server error.");
-                code = ExitCode::from(1);
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "Server task failed.");
-                code = ExitCode::from(1);
-            }
+        if let Err(e) = server.await {
+            tracing::error!(error = %e, "Server task failed.");
+            code = ExitCode::from(1);
         }
     }
     let _ = watcher.await;
+    let _ = web_watcher.await;
     tracing::info!("Stopped.");
     code
 }

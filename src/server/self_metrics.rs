@@ -25,6 +25,7 @@ use crate::model::{Labels, MetricFamily, MetricType, Sample};
 use crate::source::{CollectStats, Problem, SkipReason};
 
 use super::process::ProcessCollector;
+use super::web_metrics::WebMetrics;
 
 /// Label set of the labelled self-metrics: one `(name, value)` pair.
 type OneLabel = Vec<(&'static str, String)>;
@@ -47,6 +48,9 @@ pub(crate) struct SelfMetrics {
     watch_rescans: Counter,
     subdirectories: Gauge,
     subdirectory_conflicts: Family<OneLabel, Gauge>,
+    /// The HTTP side's metrics (connections, refused requests, web
+    /// configuration reloads).
+    pub(crate) web: WebMetrics,
 }
 
 /// Every `reason` label value of `multiproc_exporter_scrape_files_skipped`,
@@ -97,6 +101,7 @@ impl SelfMetrics {
             watch_rescans: Counter::default(),
             subdirectories: Gauge::default(),
             subdirectory_conflicts: Family::default(),
+            web: WebMetrics::default(),
         };
         let build_info: Family<OneLabel, Gauge> = Family::default();
         build_info
@@ -178,10 +183,11 @@ impl SelfMetrics {
             "Full rescans of the metric directories forced by a file-watch queue overflow or error",
             m.watch_rescans.clone(),
         );
+        let web = WebMetrics::register(&mut registry);
         if process {
             registry.register_collector(Box::new(ProcessCollector));
         }
-        Self { registry, ..m }
+        Self { registry, web, ..m }
     }
 
     /// Records the outcome of one scrape (`panicked`: the reader hit a bug
@@ -493,6 +499,13 @@ mod tests {
                 "multiproc_exporter_config_last_reload_success_timestamp_seconds",
                 "multiproc_exporter_config_reloads",
                 "multiproc_exporter_watch_rescans",
+                "multiproc_exporter_http_connections_open",
+                "multiproc_exporter_http_connections_closed",
+                "multiproc_exporter_http_requests_rejected",
+                "multiproc_exporter_http_scrapes_in_flight",
+                "multiproc_exporter_web_config_last_reload_successful",
+                "multiproc_exporter_web_config_last_reload_success_timestamp_seconds",
+                "multiproc_exporter_web_config_reloads",
             ]
         );
         let text =
@@ -522,7 +535,8 @@ mod tests {
             "# TYPE multiproc_exporter_config_reloads counter\n\
              multiproc_exporter_config_reloads_total{result=\"failure\"} 1.0\n"
         ));
-        assert!(om.ends_with("multiproc_exporter_watch_rescans_total 0.0\n# EOF\n"));
+        assert!(om.contains("multiproc_exporter_watch_rescans_total 0.0\n"));
+        assert!(om.ends_with("multiproc_exporter_web_config_reloads_total{result=\"success\"} 0.0\n# EOF\n"));
     }
 
     #[test]

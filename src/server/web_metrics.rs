@@ -1,0 +1,208 @@
+//! The exporter's own metrics about its HTTP side: connections open and
+//! closed by the server, requests refused (503 over `--web.max-requests`, 401)
+//! and web configuration reloads. Registered in the self-metrics registry
+//! ([`super::self_metrics`]); documented in `docs/metrics.md`.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+type ReasonLabel = Vec<(&'static str, &'static str)>;
+
+/// Why the server closed or refused a connection (the `reason` label of
+/// `multiproc_exporter_http_connections_closed_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CloseReason {
+    /// Refused at accept: `--web.max-connections` reached and no idle
+    /// connection to close instead.
+    MaxConnections,
+    /// An idle connection closed to make room for a new one.
+    Evicted,
+    /// The request headers (or the TLS handshake) did not arrive within
+    /// `--web.read-header-timeout`.
+    HeaderTimeout,
+    /// No new request within `--web.idle-timeout`.
+    IdleTimeout,
+    /// The response was not written within `--web.write-timeout`.
+    WriteTimeout,
+    /// The TLS handshake failed (bad or missing client certificate, no
+    /// common version or cipher suite, not TLS at all).
+    TlsHandshake,
+    /// Plain HTTP on a TLS port (answered with 400).
+    PlainHttp,
+}
+
+impl CloseReason {
+    const ALL: [Self; 7] = [
+        Self::MaxConnections,
+        Self::Evicted,
+        Self::HeaderTimeout,
+        Self::IdleTimeout,
+        Self::WriteTimeout,
+        Self::TlsHandshake,
+        Self::PlainHttp,
+    ];
+
+    /// The label value.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Self::MaxConnections => "max_connections",
+            Self::Evicted => "evicted",
+            Self::HeaderTimeout => "header_timeout",
+            Self::IdleTimeout => "idle_timeout",
+            Self::WriteTimeout => "write_timeout",
+            Self::TlsHandshake => "tls_handshake",
+            Self::PlainHttp => "plain_http",
+        }
+    }
+}
+
+/// Why a request was refused (the `reason` label of
+/// `multiproc_exporter_http_requests_rejected_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RejectReason {
+    /// 503: `--web.max-requests` scrapes already in flight.
+    MaxRequests,
+    /// 401: missing or wrong basic-authentication credentials.
+    Unauthorized,
+}
+
+impl RejectReason {
+    const ALL: [Self; 2] = [Self::MaxRequests, Self::Unauthorized];
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::MaxRequests => "max_requests",
+            Self::Unauthorized => "unauthorized",
+        }
+    }
+}
+
+/// Handles to the HTTP self-metrics (cheap to clone).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct WebMetrics {
+    connections_open: Gauge,
+    connections_closed: Family<ReasonLabel, Counter>,
+    requests_rejected: Family<ReasonLabel, Counter>,
+    scrapes_in_flight: Gauge,
+    reload_successful: Gauge,
+    reload_success_time: Gauge<f64, std::sync::atomic::AtomicU64>,
+    reloads: Family<ReasonLabel, Counter>,
+}
+
+impl WebMetrics {
+    /// Creates the metrics and registers them (every label value present
+    /// from the start, at 0).
+    pub(crate) fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        for reason in CloseReason::ALL {
+            m.connections_closed
+                .get_or_create(&vec![("reason", reason.label())])
+                .inc_by(0);
+        }
+        for reason in RejectReason::ALL {
+            m.requests_rejected
+                .get_or_create(&vec![("reason", reason.label())])
+                .inc_by(0);
+        }
+        for result in ["success", "failure"] {
+            m.reloads
+                .get_or_create(&vec![("result", result)])
+                .inc_by(0);
+        }
+        let p = "multiproc_exporter_";
+        registry.register(
+            format!("{p}http_connections_open"),
+            "HTTP connections open now",
+            m.connections_open.clone(),
+        );
+        registry.register(
+            format!("{p}http_connections_closed"),
+            "HTTP connections the exporter closed or refused, by reason",
+            m.connections_closed.clone(),
+        );
+        registry.register(
+            format!("{p}http_requests_rejected"),
+            "HTTP requests refused before reaching a handler, by reason (max_requests: 503, unauthorized: 401)",
+            m.requests_rejected.clone(),
+        );
+        registry.register(
+            format!("{p}http_scrapes_in_flight"),
+            "Scrapes of the metrics path being served now, this one included",
+            m.scrapes_in_flight.clone(),
+        );
+        registry.register(
+            format!("{p}web_config_last_reload_successful"),
+            "Whether the last web configuration load or reload succeeded (1) or failed (0)",
+            m.reload_successful.clone(),
+        );
+        registry.register(
+            format!("{p}web_config_last_reload_success_timestamp_seconds"),
+            "Time of the last successful web configuration load, in seconds since the Unix epoch",
+            m.reload_success_time.clone(),
+        );
+        registry.register(
+            format!("{p}web_config_reloads"),
+            "Web configuration reload attempts, by result",
+            m.reloads.clone(),
+        );
+        m
+    }
+
+    /// A connection was accepted (`open`) or ended.
+    pub(crate) fn connection_opened(&self, open: bool) {
+        if open {
+            self.connections_open.inc();
+        } else {
+            self.connections_open.dec();
+        }
+    }
+
+    /// The server closed or refused a connection.
+    pub(crate) fn connection_closed(&self, reason: CloseReason) {
+        self.connections_closed
+            .get_or_create(&vec![("reason", reason.label())])
+            .inc();
+    }
+
+    /// A request was refused.
+    pub(crate) fn request_rejected(&self, reason: RejectReason) {
+        self.requests_rejected
+            .get_or_create(&vec![("reason", reason.label())])
+            .inc();
+    }
+
+    /// A scrape started (`true`) or ended.
+    pub(crate) fn scrape_in_flight(&self, started: bool) {
+        if started {
+            self.scrapes_in_flight.inc();
+        } else {
+            self.scrapes_in_flight.dec();
+        }
+    }
+
+    /// The web configuration in force at start-up (not counted as a reload).
+    pub(crate) fn observe_initial_web_config(&self) {
+        self.reload_successful.set(1);
+        self.reload_success_time.set(now());
+    }
+
+    /// A web configuration reload.
+    pub(crate) fn observe_web_config_reload(&self, success: bool) {
+        let result = if success { "success" } else { "failure" };
+        self.reloads.get_or_create(&vec![("result", result)]).inc();
+        self.reload_successful.set(i64::from(success));
+        if success {
+            self.reload_success_time.set(now());
+        }
+    }
+}
+
+fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
