@@ -28,7 +28,7 @@ use sha2::{Digest as _, Sha256};
 use tokio::sync::Semaphore;
 
 use super::web_config::WebSettings;
-use super::web_metrics::RejectReason;
+use super::web_metrics::{RejectReason, WebMetrics};
 
 /// Cached check results at most (the toolkit keeps 100).
 pub(crate) const CACHE_CAPACITY: usize = 1024;
@@ -43,10 +43,12 @@ pub(crate) struct BasicAuth {
     salt: [u8; 32],
     cache: Mutex<HashMap<[u8; 32], bool>>,
     bcrypt_slot: Semaphore,
+    metrics: WebMetrics,
 }
 
-impl Default for BasicAuth {
-    fn default() -> Self {
+impl BasicAuth {
+    /// A checker with an empty cache, counting its bcrypt checks in `metrics`.
+    pub(crate) fn new(metrics: WebMetrics) -> Self {
         let mut salt = [0u8; 32];
         if rustls::crypto::ring::default_provider()
             .secure_random
@@ -61,6 +63,7 @@ impl Default for BasicAuth {
             salt,
             cache: Mutex::new(HashMap::new()),
             bcrypt_slot: Semaphore::new(1),
+            metrics,
         }
     }
 }
@@ -135,6 +138,7 @@ impl BasicAuth {
             return ok && known;
         }
         let hash = hash.to_owned();
+        self.metrics.bcrypt_checked();
         let ok = tokio::task::spawn_blocking(move || bcrypt::verify(password, &hash))
             .await
             .ok()
@@ -208,7 +212,7 @@ mod tests {
     async fn checks_hashes_made_elsewhere_and_caches_results() {
         // The toolkit's hash of "fakepassword", made by Go's bcrypt.
         let users = HashMap::from([("alice".to_owned(), DUMMY_HASH.to_owned())]);
-        let auth = BasicAuth::default();
+        let auth = BasicAuth::new(WebMetrics::default());
         assert!(auth.check(&users, &basic("alice", "fakepassword")).await);
         assert!(!auth.check(&users, &basic("alice", "fakepassword2")).await);
         // An unknown user with the dummy hash's password still fails.
@@ -223,7 +227,7 @@ mod tests {
 
     #[test]
     fn cache_is_bounded() {
-        let auth = BasicAuth::default();
+        let auth = BasicAuth::new(WebMetrics::default());
         for i in 0..CACHE_CAPACITY * 3 {
             auth.remember(auth.key("u", "h", &i.to_string()), false);
         }

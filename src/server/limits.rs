@@ -588,17 +588,26 @@ mod tests {
         let started = activity.lock().request_started.unwrap();
         assert_eq!(
             activity.write_deadline(),
-            Some((started + Duration::from_secs(120), CloseReason::WriteTimeout))
+            Some((
+                started + Duration::from_secs(120),
+                CloseReason::WriteTimeout
+            ))
         );
         assert!(!activity.try_evict(), "a busy connection is not evicted");
         drop(guard);
         let idle_since = activity.lock().since;
         assert_eq!(
             activity.read_deadline(),
-            Some((idle_since + Duration::from_secs(300), CloseReason::IdleTimeout))
+            Some((
+                idle_since + Duration::from_secs(300),
+                CloseReason::IdleTimeout
+            ))
         );
         activity.bytes_read();
-        assert_eq!(activity.read_deadline().unwrap().1, CloseReason::HeaderTimeout);
+        assert_eq!(
+            activity.read_deadline().unwrap().1,
+            CloseReason::HeaderTimeout
+        );
         assert!(activity.try_evict());
         assert_eq!(activity.close_reason(), Some(CloseReason::Evicted));
     }

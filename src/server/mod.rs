@@ -683,10 +683,8 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
     };
     let self_metrics = self_metrics::SelfMetrics::new(!args.disable_exporter_metrics);
     let web_config_path = args.web_config_file.as_deref().map(absolute);
-    let web = match web_config::WebSettings::load(
-        web_config_path.clone(),
-        self_metrics.web.clone(),
-    ) {
+    let web = match web_config::WebSettings::load(web_config_path.clone(), self_metrics.web.clone())
+    {
         Ok(web) => web,
         Err(e) => {
             return invalid(format!(
@@ -740,11 +738,14 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
     let watcher = tokio::spawn(watch::run(state.0.clone(), shutdown_rx.clone()));
     let web_watcher = tokio::spawn(web.clone().watch(shutdown_rx.clone()));
     let metrics = web.metrics().clone();
-    let scrape_limit =
-        limits::ScrapeLimit::new(args.telemetry_path.clone(), args.max_requests, metrics.clone());
+    let scrape_limit = limits::ScrapeLimit::new(
+        args.telemetry_path.clone(),
+        args.max_requests,
+        metrics.clone(),
+    );
     let web_layer = Arc::new(auth::WebLayer {
         web: web.clone(),
-        auth: auth::BasicAuth::default(),
+        auth: auth::BasicAuth::new(metrics.clone()),
     });
     let router = app(state)
         .layer(axum::middleware::from_fn_with_state(

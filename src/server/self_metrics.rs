@@ -503,6 +503,7 @@ mod tests {
                 "multiproc_exporter_http_connections_closed",
                 "multiproc_exporter_http_requests_rejected",
                 "multiproc_exporter_http_scrapes_in_flight",
+                "multiproc_exporter_http_bcrypt_checks",
                 "multiproc_exporter_web_config_last_reload_successful",
                 "multiproc_exporter_web_config_last_reload_success_timestamp_seconds",
                 "multiproc_exporter_web_config_reloads",
@@ -536,7 +537,9 @@ mod tests {
              multiproc_exporter_config_reloads_total{result=\"failure\"} 1.0\n"
         ));
         assert!(om.contains("multiproc_exporter_watch_rescans_total 0.0\n"));
-        assert!(om.ends_with("multiproc_exporter_web_config_reloads_total{result=\"success\"} 0.0\n# EOF\n"));
+        assert!(om.ends_with(
+            "multiproc_exporter_web_config_reloads_total{result=\"success\"} 0.0\n# EOF\n"
+        ));
     }
 
     #[test]

@@ -445,7 +445,9 @@ fn subject_alt_names(cert: &CertificateDer<'_>) -> Result<Vec<String>, String> {
             }
             GeneralName::IPAddress(bytes) => {
                 let ip = match bytes.len() {
-                    4 => <[u8; 4]>::try_from(*bytes).ok().map(|b| IpAddr::from(Ipv4Addr::from(b))),
+                    4 => <[u8; 4]>::try_from(*bytes)
+                        .ok()
+                        .map(|b| IpAddr::from(Ipv4Addr::from(b))),
                     16 => <[u8; 16]>::try_from(*bytes).ok().map(|b| {
                         let v6 = Ipv6Addr::from(b);
                         v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4)

@@ -290,16 +290,22 @@ impl WebConfig {
             let Some(path) = path else { return Ok(None) };
             match contents.0.iter().find(|(p, _)| p == path) {
                 Some((_, Ok(bytes))) => Ok(Some(bytes.clone())),
-                Some((_, Err(e))) => Err(error(format!(
-                    "cannot read {key} {}: {e}",
-                    path.display()
-                ))),
+                Some((_, Err(e))) => {
+                    Err(error(format!("cannot read {key} {}: {e}", path.display())))
+                }
                 None => Err(error(format!("{key} {} was not read", path.display()))),
             }
         };
         let tls_section = &file.tls_server_config;
         let tls = tls_section;
         let tls = if tls.is_enabled() {
+            // The toolkit checks both are given before reading either.
+            if tls.cert_file.is_empty() && tls.cert.is_empty() {
+                return Err(error("missing one of cert or cert_file"));
+            }
+            if tls.key_file.is_empty() && tls.key.is_empty() {
+                return Err(error("missing one of key or key_file"));
+            }
             let material = super::tls::Material {
                 cert: pick(read(&parsed.cert_file, "cert_file")?, &tls.cert, "cert")?,
                 key: pick(read(&parsed.key_file, "key_file")?, &tls.key, "key")?,
@@ -514,10 +520,7 @@ impl WebSettings {
 
     /// Checks for changes every [`RELOAD_CHECK_INTERVAL`] until `shutdown`
     /// turns true.
-    pub(crate) async fn watch(
-        self: Arc<Self>,
-        mut shutdown: tokio::sync::watch::Receiver<bool>,
-    ) {
+    pub(crate) async fn watch(self: Arc<Self>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
         if self.path.is_none() {
             return;
         }
@@ -599,8 +602,8 @@ mod tests {
         let good = "basic_auth_users:\n  alice: $2y$10$QOauhQNbBCuQDKes6eFzPeMqBSjb7Mr5DUmpZ/VcEd00UAV/LDeSi\n";
         let config = WebConfig::from_yaml(good, Path::new("/")).unwrap();
         assert_eq!(config.users.len(), 1);
-        let e = WebConfig::from_yaml("basic_auth_users: {bob: secret}\n", Path::new("/"))
-            .unwrap_err();
+        let e =
+            WebConfig::from_yaml("basic_auth_users: {bob: secret}\n", Path::new("/")).unwrap_err();
         assert!(e.0.contains("\"bob\"") && e.0.contains("bcrypt"), "{e}");
     }
 
@@ -617,7 +620,10 @@ mod tests {
             "http_server_config: {headers: {X-Powered-By: rust}}\n",
             "http_server_config: {headers: {X-Content-Type-Options: sniff}}\n",
         ] {
-            assert!(WebConfig::from_yaml(yaml, Path::new("/")).is_err(), "{yaml}");
+            assert!(
+                WebConfig::from_yaml(yaml, Path::new("/")).is_err(),
+                "{yaml}"
+            );
         }
     }
 

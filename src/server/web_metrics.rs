@@ -88,6 +88,7 @@ pub(crate) struct WebMetrics {
     connections_closed: Family<ReasonLabel, Counter>,
     requests_rejected: Family<ReasonLabel, Counter>,
     scrapes_in_flight: Gauge,
+    bcrypt_checks: Counter,
     reload_successful: Gauge,
     reload_success_time: Gauge<f64, std::sync::atomic::AtomicU64>,
     reloads: Family<ReasonLabel, Counter>,
@@ -109,9 +110,7 @@ impl WebMetrics {
                 .inc_by(0);
         }
         for result in ["success", "failure"] {
-            m.reloads
-                .get_or_create(&vec![("result", result)])
-                .inc_by(0);
+            m.reloads.get_or_create(&vec![("result", result)]).inc_by(0);
         }
         let p = "multiproc_exporter_";
         registry.register(
@@ -133,6 +132,11 @@ impl WebMetrics {
             format!("{p}http_scrapes_in_flight"),
             "Scrapes of the metrics path being served now, this one included",
             m.scrapes_in_flight.clone(),
+        );
+        registry.register(
+            format!("{p}http_bcrypt_checks"),
+            "bcrypt password checks computed (requests answered from the cache of earlier checks not included)",
+            m.bcrypt_checks.clone(),
         );
         registry.register(
             format!("{p}web_config_last_reload_successful"),
@@ -182,6 +186,11 @@ impl WebMetrics {
         } else {
             self.scrapes_in_flight.dec();
         }
+    }
+
+    /// A bcrypt check was computed.
+    pub(crate) fn bcrypt_checked(&self) {
+        self.bcrypt_checks.inc();
     }
 
     /// The web configuration in force at start-up (not counted as a reload).
