@@ -39,7 +39,7 @@ use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{watch, Notify, Semaphore};
 use tokio::time::{Instant, Sleep};
 
 use super::web_metrics::{CloseReason, RejectReason, WebMetrics};
@@ -85,6 +85,7 @@ pub(crate) struct Activity {
     state: Mutex<ActivityState>,
     timeouts: Timeouts,
     evict: Notify,
+    changed: Notify,
 }
 
 impl Activity {
@@ -99,6 +100,7 @@ impl Activity {
             }),
             timeouts,
             evict: Notify::new(),
+            changed: Notify::new(),
         }
     }
 
@@ -115,6 +117,8 @@ impl Activity {
         state.phase = Phase::Busy;
         state.request_started = Some(now);
         state.since = now;
+        drop(state);
+        self.changed.notify_waiters();
         RequestGuard(self.clone())
     }
 
@@ -124,6 +128,8 @@ impl Activity {
         if state.requests_in_progress == 0 {
             state.phase = Phase::Idle;
             state.since = Instant::now();
+            drop(state);
+            self.changed.notify_waiters();
         }
     }
 
@@ -132,6 +138,53 @@ impl Activity {
         if state.phase == Phase::Idle {
             state.phase = Phase::Head;
             state.since = Instant::now();
+            drop(state);
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// Completes when the connection is to be closed because its request
+    /// headers (or TLS handshake) took too long or it stayed idle too long;
+    /// the reason is recorded. These deadlines are kept outside the socket
+    /// because hyper does not read from an idle kept-alive connection until
+    /// data arrives.
+    pub(crate) async fn read_deadline_passed(&self) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            // Registered before the state is read, so no change is missed.
+            changed.as_mut().enable();
+            match self.read_deadline() {
+                None => changed.await,
+                Some((at, reason)) => {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(at) => {
+                            if self.read_deadline() == Some((at, reason)) {
+                                self.closed_by(reason);
+                                return;
+                            }
+                        }
+                        () = &mut changed => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// Completes once the server is shutting down and the connection is
+    /// between requests with part of a new one received, or has not sent a
+    /// whole first request: such connections are closed at once, while hyper
+    /// lets a request in progress finish and closes idle ones itself.
+    pub(crate) async fn closable_at_shutdown(&self, mut shutdown: watch::Receiver<bool>) {
+        let _ = shutdown.wait_for(|stop| *stop).await;
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.lock().phase == Phase::Head {
+                return;
+            }
+            changed.await;
         }
     }
 
@@ -151,28 +204,17 @@ impl Activity {
         }
     }
 
-    /// The write deadline now.
+    /// The deadline of a response write that cannot proceed: the latest
+    /// request's start plus the write timeout. It also applies just after
+    /// the request has ended, since hyper may still be flushing the response
+    /// then. (Before any request, the handshake is bounded by the header
+    /// deadline.)
     fn write_deadline(&self) -> Option<(Instant, CloseReason)> {
         let state = self.lock();
-        match (state.phase, state.request_started) {
-            (Phase::Head, None) => self
-                .timeouts
-                .read_header
-                .map(|t| (state.since + t, CloseReason::HeaderTimeout)),
-            (_, Some(started)) => self
-                .timeouts
-                .write
-                .map(|t| (started + t, CloseReason::WriteTimeout)),
-            (_, None) => None,
-        }
-    }
-
-    /// The deadline for the TLS handshake and request headers, while they
-    /// are awaited.
-    pub(crate) fn header_deadline(&self) -> Option<Instant> {
-        self.read_deadline()
-            .filter(|(_, reason)| *reason == CloseReason::HeaderTimeout)
-            .map(|(at, _)| at)
+        let started = state.request_started?;
+        self.timeouts
+            .write
+            .map(|t| (started + t, CloseReason::WriteTimeout))
     }
 
     /// Records why the server closed the connection (the first reason wins).
@@ -251,12 +293,12 @@ impl http_body::Body for TrackedBody {
     }
 }
 
-/// A socket with the connection's deadlines.
+/// A socket that reports incoming bytes to the connection's [`Activity`] and
+/// fails writes that stay blocked past the write deadline.
 #[derive(Debug)]
 pub(crate) struct TimedIo<T> {
     inner: T,
     activity: Arc<Activity>,
-    read_timer: Option<(Instant, Pin<Box<Sleep>>)>,
     write_timer: Option<(Instant, Pin<Box<Sleep>>)>,
 }
 
@@ -266,7 +308,6 @@ impl<T> TimedIo<T> {
         Self {
             inner,
             activity,
-            read_timer: None,
             write_timer: None,
         }
     }
@@ -319,22 +360,11 @@ impl<T: AsyncRead + Unpin> AsyncRead for TimedIo<T> {
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
         let before = buf.filled().len();
-        match Pin::new(&mut this.inner).poll_read(cx, buf) {
-            Poll::Ready(Ok(())) => {
-                if buf.filled().len() > before {
-                    this.activity.bytes_read();
-                }
-                Poll::Ready(Ok(()))
-            }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => {
-                let deadline = this.activity.read_deadline();
-                match check_deadline(&mut this.read_timer, deadline, &this.activity, cx) {
-                    Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-                    _ => Poll::Pending,
-                }
-            }
+        let result = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if matches!(result, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            this.activity.bytes_read();
         }
+        result
     }
 }
 

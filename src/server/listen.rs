@@ -140,8 +140,10 @@ async fn serve_connection(
     let _ = stream.set_nodelay(true);
     let activity = slot.activity.clone();
     tokio::select! {
-        () = connection(stream, &activity, context, shutdown) => {}
+        () = connection(stream, &activity, context, shutdown.clone()) => {}
         () = activity.evicted() => {}
+        () = activity.read_deadline_passed() => {}
+        () = activity.closable_at_shutdown(shutdown) => {}
     }
     match activity.close_reason() {
         // Counted when it was chosen.
@@ -158,56 +160,37 @@ async fn connection(
     stream: TcpStream,
     activity: &Arc<Activity>,
     context: &ServeContext,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
     let Some(tls) = context.web.current().tls.clone() else {
         let io = TimedIo::new(stream, activity.clone());
         return http(io, activity, &context.router, shutdown).await;
     };
-    let handshake = async {
-        let mut first = [0u8; 3];
-        let peeked = match activity.header_deadline() {
-            Some(deadline) => tokio::time::timeout_at(deadline, stream.peek(&mut first)).await,
-            None => Ok(stream.peek(&mut first).await),
-        };
-        match peeked {
-            Err(_elapsed) => {
-                activity.closed_by(CloseReason::HeaderTimeout);
-                return None;
-            }
-            Ok(Err(_) | Ok(0)) => return None,
-            Ok(Ok(n)) if looks_like_plain_http(&first[..n]) => {
-                answer_plain_http(stream).await;
-                context
-                    .web
-                    .metrics()
-                    .connection_closed(CloseReason::PlainHttp);
-                tracing::debug!("Answered plain HTTP on a TLS port with 400.");
-                return None;
-            }
-            Ok(Ok(_)) => {}
+    // The header deadline and shutdown are watched by `serve_connection`.
+    let mut first = [0u8; 3];
+    match stream.peek(&mut first).await {
+        Err(_) | Ok(0) => return,
+        Ok(n) if looks_like_plain_http(&first[..n]) => {
+            answer_plain_http(stream).await;
+            context
+                .web
+                .metrics()
+                .connection_closed(CloseReason::PlainHttp);
+            tracing::debug!("Answered plain HTTP on a TLS port with 400.");
+            return;
         }
-        let io = TimedIo::new(stream, activity.clone());
-        match tokio_rustls::TlsAcceptor::from(tls).accept(io).await {
-            Ok(tls_stream) => Some(tls_stream),
-            Err(e) => {
-                if activity.close_reason().is_none() {
-                    context
-                        .web
-                        .metrics()
-                        .connection_closed(CloseReason::TlsHandshake);
-                    tracing::debug!(error = %e, "TLS handshake failed.");
-                }
-                None
-            }
+        Ok(_) => {}
+    }
+    let io = TimedIo::new(stream, activity.clone());
+    match tokio_rustls::TlsAcceptor::from(tls).accept(io).await {
+        Ok(tls_stream) => http(tls_stream, activity, &context.router, shutdown).await,
+        Err(e) => {
+            context
+                .web
+                .metrics()
+                .connection_closed(CloseReason::TlsHandshake);
+            tracing::debug!(error = %e, "TLS handshake failed.");
         }
-    };
-    let tls_stream = tokio::select! {
-        stream = handshake => stream,
-        _ = shutdown.wait_for(|stop| *stop) => None,
-    };
-    if let Some(tls_stream) = tls_stream {
-        http(tls_stream, activity, &context.router, shutdown).await;
     }
 }
 
