@@ -180,6 +180,17 @@ fn concurrent_scrapers_get_answers_and_memory_stays_bounded() {
     let peak = proc_status_bytes(pid, "VmHWM:")
         .unwrap_or(0)
         .max(sampled_peak.unwrap_or(0));
+    let cpu_seconds = support::get(
+        &format!("{}/metrics?name[]=process_cpu_seconds_total", exporter.base),
+        &[],
+    )
+    .text()
+    .lines()
+    .find_map(|l| {
+        l.strip_prefix("process_cpu_seconds_total ")?
+            .parse::<f64>()
+            .ok()
+    });
     drop(exporter);
 
     let mut ms = latencies.into_inner().unwrap();
@@ -205,6 +216,7 @@ fn concurrent_scrapers_get_answers_and_memory_stays_bounded() {
             "requests": ms.len(),
             "errors": errors.len(),
             "requests_per_second": ms.len() as f64 / elapsed,
+            "exporter_cpu_seconds": cpu_seconds,
             "mean_body_bytes": bytes.load(Ordering::Relaxed) / (ms.len().max(1) as u64),
             "latency_ms": {"p50": at(0.5), "p90": at(0.9), "p99": at(0.99), "max": at(1.0)},
             "rss_mib": {

@@ -304,8 +304,21 @@ fn plain_http_to_the_tls_port_gets_400_and_the_server_keeps_serving() {
         &pki,
         &dir,
         "tls_server_config: {cert_file: server.pem, key_file: server.key}\n",
-        &[],
+        &["--web.read-header-timeout", "1s"],
     );
+    let address = exporter.base.trim_start_matches("http://").to_owned();
+    // A connection that never starts its handshake is closed by the header
+    // timeout.
+    let silent = std::thread::spawn({
+        let address = address.clone();
+        move || {
+            use std::io::Read as _;
+            let mut socket = std::net::TcpStream::connect(address).unwrap();
+            socket.set_read_timeout(Some(support::TIMEOUT)).unwrap();
+            let mut buffer = [0u8; 16];
+            matches!(socket.read(&mut buffer), Ok(0))
+        }
+    });
     for _ in 0..2 {
         let plain = curl(&format!("{}/metrics", exporter.base), &[]);
         assert_eq!(plain.status, 400, "{plain:?}");
@@ -317,8 +330,7 @@ fn plain_http_to_the_tls_port_gets_400_and_the_server_keeps_serving() {
     // Bytes that are neither TLS nor HTTP: the handshake fails, quietly.
     {
         use std::io::{Read as _, Write as _};
-        let address = exporter.base.trim_start_matches("http://");
-        let mut socket = std::net::TcpStream::connect(address).unwrap();
+        let mut socket = std::net::TcpStream::connect(&address).unwrap();
         socket.set_read_timeout(Some(support::TIMEOUT)).unwrap();
         socket
             .write_all(&[0x00, 0x01, 0x02, 0x03, 0x04, 0x05])
@@ -328,6 +340,10 @@ fn plain_http_to_the_tls_port_gets_400_and_the_server_keeps_serving() {
     }
     let reply = curl_with(&format!("{https}/-/healthy"), &curl_tls(&pki, None), &[]);
     assert_eq!((reply.status, reply.body.as_str()), (200, "Healthy.\n"));
+    assert!(
+        silent.join().unwrap(),
+        "the silent connection was not closed"
+    );
     let metrics = curl_with(&format!("{https}/metrics"), &curl_tls(&pki, None), &[]).body;
     assert_eq!(
         sample(&metrics, &format!("{CLOSED}{{reason=\"plain_http\"}}")),
@@ -336,6 +352,11 @@ fn plain_http_to_the_tls_port_gets_400_and_the_server_keeps_serving() {
     );
     assert_eq!(
         sample(&metrics, &format!("{CLOSED}{{reason=\"tls_handshake\"}}")),
+        Some(1.0),
+        "{metrics}"
+    );
+    assert_eq!(
+        sample(&metrics, &format!("{CLOSED}{{reason=\"header_timeout\"}}")),
         Some(1.0),
         "{metrics}"
     );
