@@ -180,6 +180,8 @@ fn concurrent_scrapers_get_answers_and_memory_stays_bounded() {
     let peak = proc_status_bytes(pid, "VmHWM:")
         .unwrap_or(0)
         .max(sampled_peak.unwrap_or(0));
+    let rss_anon = proc_status_bytes(pid, "RssAnon:");
+    let rss_file = proc_status_bytes(pid, "RssFile:");
     let cpu_seconds = support::get(
         &format!("{}/metrics?name[]=process_cpu_seconds_total", exporter.base),
         &[],
@@ -204,6 +206,15 @@ fn concurrent_scrapers_get_answers_and_memory_stays_bounded() {
         .filter(|(t, _)| *t >= half)
         .map(|(_, b)| *b)
         .max();
+    let by_quarter: Vec<Option<u64>> = (0..4)
+        .map(|q| {
+            let (from, to) = (elapsed * q as f64 / 4.0, elapsed * (q + 1) as f64 / 4.0);
+            rss.iter()
+                .filter(|(t, _)| *t >= from && *t < to)
+                .map(|(_, b)| *b)
+                .max()
+        })
+        .collect();
     let errors = errors.into_inner().unwrap();
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
     eprintln!(
@@ -223,6 +234,10 @@ fn concurrent_scrapers_get_answers_and_memory_stays_bounded() {
                 "peak": mib(peak),
                 "first_half_max": first_half.map(mib),
                 "second_half_max": second_half.map(mib),
+                "max_by_quarter": by_quarter.iter().map(|b| b.map(mib)).collect::<Vec<_>>(),
+                // At the end: heap and stacks, and mapped metric files.
+                "anon_at_end": rss_anon.map(mib),
+                "file_at_end": rss_file.map(mib),
             },
         })
     );
