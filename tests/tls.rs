@@ -214,6 +214,40 @@ fn client_auth_types_and_allowed_sans() {
 }
 
 #[test]
+fn inline_pem_certificates_keys_and_cas_work() {
+    if tools().is_none() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new(&tmp.path().join("pki"));
+    let dir = tmp.path().join("metrics");
+    let block = |file: &str| {
+        std::fs::read_to_string(pki.path(file))
+            .unwrap()
+            .lines()
+            .map(|l| format!("    {l}\n"))
+            .collect::<String>()
+    };
+    let yaml = format!(
+        "tls_server_config:\n  cert: |\n{}  key: |\n{}  client_ca: |\n{}  \
+         client_auth_type: RequireAndVerifyClientCert\n",
+        block("server.pem"),
+        block("server.key"),
+        block("ca.pem")
+    );
+    let (_exporter, https) = start(&pki, &dir, &yaml, &[]);
+    let url = format!("{https}/-/healthy");
+    assert_eq!(
+        curl_with(&url, &curl_tls(&pki, Some("client")), &[]).status,
+        200
+    );
+    assert_eq!(
+        curl_with(&url, &curl_tls(&pki, Some("untrusted-client")), &[]).status,
+        0
+    );
+}
+
+#[test]
 fn passwords_are_checked_with_real_clients_and_cached() {
     if tools().is_none() {
         return;

@@ -946,6 +946,17 @@ mod tests {
     }
 
     #[test]
+    fn duration_flags() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert!(parse_duration("10").is_err());
+        assert!(parse_duration("soon").is_err());
+        assert_eq!(timeout(Duration::ZERO), None);
+    }
+
+    #[test]
     fn telemetry_path_validation() {
         assert!(validate_telemetry_path("/metrics").is_ok());
         assert!(validate_telemetry_path("/").is_ok());

@@ -637,6 +637,12 @@ mod tests {
         assert_eq!(e.0, "missing one of cert or cert_file");
         let e = WebConfig::from_yaml("tls_server_config: {cert_file: c.pem}\n", Path::new("/x"))
             .unwrap_err();
+        assert_eq!(e.0, "missing one of key or key_file");
+        let e = WebConfig::from_yaml(
+            "tls_server_config: {cert_file: c.pem, key_file: k.pem}\n",
+            Path::new("/x"),
+        )
+        .unwrap_err();
         assert!(e.0.starts_with("cannot read cert_file /x/c.pem: "), "{e}");
         // Only a version: TLS stays off, as in the toolkit.
         let config =
