@@ -9,18 +9,23 @@
 //!   request in progress (idle keep-alive, or still sending its request) is
 //!   closed to make room, so idle or trickling sockets cannot lock out a
 //!   scraper; only when every connection is busy is the new one refused.
-//! * [`TimedIo`]: per-connection deadlines in the manner of Go's
-//!   `http.Server`, enforced on the socket itself (so they cover the TLS
-//!   handshake too):
+//! * Per-connection deadlines in the manner of Go's `http.Server`, kept by
+//!   each connection's [`Activity`] (what the connection is doing, and
+//!   since when):
 //!   - the TLS handshake and the request headers must arrive within
 //!     `--web.read-header-timeout`, counted from the connection's start or,
 //!     on a kept-alive connection, from the first byte of the request (a
 //!     request trickled byte by byte is cut off);
 //!   - a kept-alive connection may wait at most `--web.idle-timeout` for its
 //!     next request;
-//!   - the response must be written within `--web.write-timeout` of the
-//!     request's headers having been read (a client that stops reading is
-//!     cut off).
+//!
+//!   both enforced by a timer beside the connection
+//!   ([`Activity::read_deadline_passed`]), since hyper does not read an idle
+//!   connection until data arrives; and
+//!   - a response write that cannot proceed fails once `--web.write-timeout`
+//!     has passed since the request's headers were read (a client that stops
+//!     reading is cut off), enforced on the socket by [`TimedIo`], which also
+//!     reports incoming bytes to the [`Activity`].
 //!
 //! Each closure is counted in `multiproc_exporter_http_connections_closed_total`
 //! with its reason.
