@@ -613,6 +613,12 @@ pub fn run(args: ServeArgs) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("multiproc-exporter")
+        // Scrapes are coalesced into one collection and only their encoding
+        // runs in parallel, so a few blocking threads keep the cores busy;
+        // tokio's default (512) lets a burst of scrapes start hundreds of
+        // threads, each growing its own malloc arena (the load test saw RSS
+        // creep from 55 to 65 MiB that way).
+        .max_blocking_threads(8)
         .build()
     {
         Ok(r) => r,
