@@ -207,6 +207,8 @@ struct CachedFile {
     seen: bool,
     /// Check the path with `stat` before trusting the map again.
     recheck: bool,
+    /// Its values are to be loaded from the map in this collection.
+    pending: bool,
     /// The file mapped read-only (within the process-wide budget of maps),
     /// so that a steady-state read is a few loads and no system call.
     map: Option<MappedFile>,
@@ -233,6 +235,8 @@ pub struct Reader {
     buffer: Vec<u8>,
     /// Which symbolic links in a directory are followed.
     link_policy: LinkPolicy,
+    /// Directory listings, reused while a directory is unchanged.
+    listings: FxHashMap<PathBuf, CachedListing>,
 }
 
 impl Reader {
@@ -275,6 +279,7 @@ impl Reader {
         for cached in self.files.values_mut() {
             cached.recheck = true;
         }
+        self.listings.clear();
     }
 
     /// Lists, reads and merges `inputs` (in order; directories expanded in
@@ -282,23 +287,49 @@ impl Reader {
     pub fn collect(&mut self, inputs: &[Input]) -> Collection {
         let mut stats = CollectStats::default();
         let mut problems = Vec::new();
-        let paths = list_inputs(inputs, self.link_policy, &mut stats, &mut problems);
+        let paths = list_inputs(
+            inputs,
+            self.link_policy,
+            &mut self.listings,
+            &mut stats,
+            &mut problems,
+        );
         stats.files_listed = paths.len();
         let keys_before = self.store.len();
         for cached in self.files.values_mut() {
             cached.seen = false;
         }
 
-        // Read every listed file; remember which ones can take part.
+        // Read every listed file: unchanged mapped files only have their
+        // values loaded (all together, below); the others are read now.
+        let mut outcomes: Vec<Option<Result<(), SkipReason>>> = Vec::with_capacity(paths.len());
+        for listed in &paths {
+            outcomes.push(if self.check_mapped(listed) {
+                None
+            } else {
+                Some(self.refresh(&listed.path, &mut stats))
+            });
+        }
+        self.load_pending_values(&mut stats);
+        for (listed, outcome) in paths.iter().zip(outcomes.iter_mut()) {
+            if outcome.is_none() {
+                let loaded = self
+                    .files
+                    .get(listed.path.as_os_str())
+                    .is_some_and(|c| c.map.is_some());
+                if !loaded {
+                    // The file shrank under its map: read it from the file.
+                    *outcome = Some(self.refresh(&listed.path, &mut stats));
+                }
+            }
+        }
+
+        // Remember which files can take part.
         let mut merged: Vec<&Path> = Vec::with_capacity(paths.len());
         let mut merged_positions: Vec<usize> = Vec::with_capacity(paths.len());
-        for (position, listed) in paths.iter().enumerate() {
+        for (position, (listed, outcome)) in paths.iter().zip(outcomes).enumerate() {
             let path = &listed.path;
-            let result = match self.read_mapped(listed, &mut stats) {
-                true => Ok(()),
-                false => self.refresh(path, &mut stats),
-            };
-            match result {
+            match outcome.unwrap_or(Ok(())) {
                 Ok(()) => {
                     merged.push(path);
                     merged_positions.push(position);
@@ -377,10 +408,11 @@ impl Reader {
         }
     }
 
-    /// The steady-state fast path: when the listed entry is the file mapped
-    /// last time, has not grown and was good, loads its values from the map.
-    /// `false` when the file must be read with [`Self::refresh`].
-    fn read_mapped(&mut self, listed: &Listed, stats: &mut CollectStats) -> bool {
+    /// The steady-state fast path: whether the listed entry is the file
+    /// mapped last time, has not grown and was good. If so, its values are
+    /// left to [`Self::load_pending_values`]; if not, it must be read with
+    /// [`Self::refresh`].
+    fn check_mapped(&mut self, listed: &Listed) -> bool {
         let Some(inode) = listed.inode else {
             return false;
         };
@@ -407,17 +439,67 @@ impl Reader {
             Some(Ok(used)) => usize::try_from(used).unwrap_or(0),
             Some(Err(_)) | None => 0,
         };
-        let loaded = used == cached.parsed_until
-            && used <= map.len()
-            && map.load_values(&cached.value_offsets, &mut cached.values) == Some(Ok(()));
-        if !loaded {
+        if used != cached.parsed_until || used > map.len() {
             // Grown, shrunk or corrupt: read it again from the file.
             cached.map = None;
             return false;
         }
         cached.seen = true;
-        stats.bytes_read += (HEADER_LEN + cached.values.len() * VALUE_LEN) as u64;
+        cached.pending = true;
         true
+    }
+
+    /// Loads the values of every file [`Self::check_mapped`] accepted, from
+    /// their maps. The loads are memory-bound (each value sits on its own
+    /// cache line), so a large directory is split between two threads, which
+    /// halves the wait when a second core is free. A file whose map faults
+    /// (it shrank) loses its map; the caller reads it from the file.
+    fn load_pending_values(&mut self, stats: &mut CollectStats) {
+        let mut pending: Vec<&mut CachedFile> = self
+            .files
+            .values_mut()
+            .filter_map(|c| std::mem::take(&mut c.pending).then_some(c))
+            .collect();
+        let total: usize = pending.iter().map(|c| c.value_offsets.len()).sum();
+        stats.bytes_read += pending
+            .iter()
+            .map(|c| (HEADER_LEN + c.value_offsets.len() * VALUE_LEN) as u64)
+            .sum::<u64>();
+        if total >= PARALLEL_LOAD_VALUES && available_cores() > 1 {
+            // Split where half of the values are.
+            let mut seen = 0;
+            let split = pending
+                .iter()
+                .position(|c| {
+                    seen += c.value_offsets.len();
+                    seen * 2 >= total
+                })
+                .map_or(pending.len(), |i| i + 1);
+            let (first, second) = pending.split_at_mut(split);
+            // The helper thread takes `second` through a lock, so that this
+            // thread can still load it if the thread cannot start or panics.
+            let second = std::sync::Mutex::new(second);
+            let done = std::sync::atomic::AtomicBool::new(false);
+            std::thread::scope(|scope| {
+                let helper = std::thread::Builder::new()
+                    .name("multiproc-exporter-load".into())
+                    .spawn_scoped(scope, || {
+                        let mut second = second.lock().unwrap_or_else(|e| e.into_inner());
+                        load_values(&mut second);
+                        done.store(true, std::sync::atomic::Ordering::Release);
+                    });
+                load_values(first);
+                if let Ok(handle) = helper {
+                    let _ = handle.join();
+                }
+            });
+            if !done.load(std::sync::atomic::Ordering::Acquire) {
+                let mut second = second.lock().unwrap_or_else(|e| e.into_inner());
+                load_values(&mut second);
+            }
+        } else {
+            load_values(&mut pending);
+        }
     }
 
     /// Brings the cached state of `path` up to date; `Err` if it must be left out.
@@ -503,6 +585,7 @@ impl Reader {
                     generation,
                     seen: true,
                     recheck: false,
+                    pending: false,
                     map: None,
                 },
             );
@@ -565,63 +648,205 @@ fn is_live_gauge_path(path: &Path) -> bool {
         .is_some_and(|name| FileName::parse(name).is_live_gauge())
 }
 
+/// Values above which [`Reader::load_pending_values`] uses two threads (about
+/// 150 vLLM processes; below, a thread costs more than it saves).
+const PARALLEL_LOAD_VALUES: usize = 1 << 16;
+
+/// The number of cores this process may run on, read once.
+fn available_cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// Loads the values of `files` from their maps; a file whose map faults
+/// loses it (and its values).
+fn load_values(files: &mut [&mut CachedFile]) {
+    for cached in files.iter_mut() {
+        let cached = &mut **cached;
+        let loaded = cached
+            .map
+            .as_ref()
+            .and_then(|map| map.load_values(&cached.value_offsets, &mut cached.values));
+        if loaded != Some(Ok(())) {
+            cached.map = None;
+            cached.values.clear();
+        }
+    }
+}
+
+/// A directory's `*.db` entries as last listed.
+#[derive(Debug)]
+struct CachedListing {
+    device: u64,
+    inode: u64,
+    modified: (i64, i64),
+    entries: Vec<ListedEntry>,
+}
+
+/// One entry of a [`CachedListing`].
+#[derive(Debug)]
+struct ListedEntry {
+    path: PathBuf,
+    /// The inode number of a regular file (see [`Listed::inode`]).
+    inode: Option<u64>,
+    is_link: bool,
+}
+
+/// How long a directory must have been unchanged before its listing is
+/// reused: file-system timestamps advance in ticks (a few milliseconds), so
+/// an entry added in the same tick as the last change could leave the
+/// modification time as it was. Once the last change is older than this when
+/// the directory is listed, any later change gives a new modification time.
+const LISTING_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Expands inputs into the ordered list of files to read.
+///
+/// A directory whose identity and modification time are those of its last
+/// listing, made when its last change was already [`LISTING_SETTLE`] old, is
+/// not listed again: one `stat` replaces reading every entry (adding,
+/// removing or renaming an entry always changes the directory's modification
+/// time). Links are checked against the policy on every call.
 fn list_inputs(
     inputs: &[Input],
     link_policy: LinkPolicy,
+    listings: &mut FxHashMap<PathBuf, CachedListing>,
     stats: &mut CollectStats,
     problems: &mut Vec<(usize, Problem)>,
 ) -> Vec<Listed> {
     let mut paths = Vec::new();
+    listings.retain(|dir, _| inputs.iter().any(|i| i.path() == dir));
     for input in inputs {
-        match input {
-            Input::File(path) => paths.push(Listed {
-                path: path.clone(),
-                inode: None,
-            }),
-            Input::Directory(dir) => match std::fs::read_dir(dir) {
-                Ok(entries) => {
-                    stats.directories_present += 1;
-                    let mut links = LinkCheck::new(dir, link_policy);
-                    for entry in entries.flatten() {
-                        let name = entry.file_name();
-                        if !name.to_str().is_some_and(is_listed_name) {
-                            continue;
-                        }
-                        let path = entry.path();
-                        // `file_type` comes from `readdir` (no `stat`) on the
-                        // file systems metrics live on.
-                        let file_type = entry.file_type().ok();
-                        let is_link = file_type.is_some_and(|t| t.is_symlink());
-                        match if is_link { links.check(&path) } else { Ok(()) } {
-                            Ok(()) => paths.push(Listed {
-                                path,
-                                inode: file_type.is_some_and(|t| t.is_file()).then(|| entry.ino()),
-                            }),
-                            Err(reason) => problems.push((paths.len(), Problem { path, reason })),
-                        }
-                    }
-                }
-                Err(e) => {
-                    let reason = if e.kind() == io::ErrorKind::NotFound {
-                        stats.directories_missing += 1;
-                        SkipReason::DirectoryMissing
-                    } else {
-                        stats.directories_unreadable += 1;
-                        SkipReason::DirectoryUnreadable(e.to_string())
-                    };
-                    problems.push((
-                        paths.len(),
-                        Problem {
-                            path: dir.clone(),
-                            reason,
-                        },
-                    ));
-                }
-            },
+        let dir = match input {
+            Input::File(path) => {
+                paths.push(Listed {
+                    path: path.clone(),
+                    inode: None,
+                });
+                continue;
+            }
+            Input::Directory(dir) => dir,
+        };
+        let listed_at = std::time::SystemTime::now();
+        let identity = std::fs::metadata(dir)
+            .ok()
+            .filter(|m| m.is_dir())
+            .map(|m| (m.dev(), m.ino(), (m.mtime(), m.mtime_nsec())));
+        let unchanged = identity.is_some_and(|(device, inode, modified)| {
+            listings
+                .get(dir)
+                .is_some_and(|l| l.device == device && l.inode == inode && l.modified == modified)
+        });
+        if !unchanged {
+            listings.remove(dir);
+            let Some(entries) = read_directory(dir, stats, problems, paths.len()) else {
+                continue;
+            };
+            let settled = identity.filter(|(_, _, (secs, nanos))| {
+                let modified = u64::try_from(*secs).ok().map(|secs| {
+                    std::time::UNIX_EPOCH
+                        + std::time::Duration::new(secs, u32::try_from(*nanos).unwrap_or(0))
+                });
+                modified.is_some_and(|m| m + LISTING_SETTLE <= listed_at)
+            });
+            let listing = CachedListing {
+                device: identity.map_or(0, |i| i.0),
+                inode: identity.map_or(0, |i| i.1),
+                modified: identity.map_or((0, 0), |i| i.2),
+                entries,
+            };
+            if settled.is_none() {
+                push_listing(&listing, dir, link_policy, &mut paths, problems);
+                continue;
+            }
+            listings.insert(dir.clone(), listing);
+        } else {
+            stats.directories_present += 1;
+        }
+        if let Some(listing) = listings.get(dir) {
+            push_listing(listing, dir, link_policy, &mut paths, problems);
         }
     }
     paths
+}
+
+/// Lists the `*.db` entries of `dir` in `readdir` order, or reports why it
+/// cannot (at `position` in the problems).
+fn read_directory(
+    dir: &Path,
+    stats: &mut CollectStats,
+    problems: &mut Vec<(usize, Problem)>,
+    position: usize,
+) -> Option<Vec<ListedEntry>> {
+    match std::fs::read_dir(dir) {
+        Ok(entries) => {
+            stats.directories_present += 1;
+            let mut listed = Vec::new();
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                if !name.to_str().is_some_and(is_listed_name) {
+                    continue;
+                }
+                // `file_type` comes from `readdir` (no `stat`) on the file
+                // systems metrics live on.
+                let file_type = entry.file_type().ok();
+                listed.push(ListedEntry {
+                    path: entry.path(),
+                    inode: file_type.is_some_and(|t| t.is_file()).then(|| entry.ino()),
+                    is_link: file_type.is_some_and(|t| t.is_symlink()),
+                });
+            }
+            Some(listed)
+        }
+        Err(e) => {
+            let reason = if e.kind() == io::ErrorKind::NotFound {
+                stats.directories_missing += 1;
+                SkipReason::DirectoryMissing
+            } else {
+                stats.directories_unreadable += 1;
+                SkipReason::DirectoryUnreadable(e.to_string())
+            };
+            problems.push((
+                position,
+                Problem {
+                    path: dir.to_path_buf(),
+                    reason,
+                },
+            ));
+            None
+        }
+    }
+}
+
+/// Appends a listing's entries to `paths`, leaving out (and reporting) links
+/// that the policy does not follow.
+fn push_listing(
+    listing: &CachedListing,
+    dir: &Path,
+    link_policy: LinkPolicy,
+    paths: &mut Vec<Listed>,
+    problems: &mut Vec<(usize, Problem)>,
+) {
+    let mut links = LinkCheck::new(dir, link_policy);
+    for entry in &listing.entries {
+        let allowed = if entry.is_link {
+            links.check(&entry.path)
+        } else {
+            Ok(())
+        };
+        match allowed {
+            Ok(()) => paths.push(Listed {
+                path: entry.path.clone(),
+                inode: entry.inode,
+            }),
+            Err(reason) => problems.push((
+                paths.len(),
+                Problem {
+                    path: entry.path.clone(),
+                    reason,
+                },
+            )),
+        }
+    }
 }
 
 fn open_read_only(path: &Path) -> Result<File, SkipReason> {

@@ -278,3 +278,92 @@ fn file_shrunk_under_its_map_is_reported_not_fatal() {
     let (body, _) = text(&mut reader, dir.path());
     assert_eq!(body.matches("c_total{").count(), 400);
 }
+
+/// Writes `files` counter files of `records` records each (value 1.0).
+fn counter_files(dir: &std::path::Path, files: usize, records: usize) {
+    let keys: Vec<String> = (0..records)
+        .map(|i| format!(r#"["c", "c_total", {{"i": "{i}"}}, "h"]"#))
+        .collect();
+    let image: Vec<(&str, f64, f64)> = keys.iter().map(|k| (k.as_str(), 1.0, 0.0)).collect();
+    let bytes = multiproc_exporter::writer::file_bytes(&image);
+    for pid in 0..files {
+        std::fs::write(dir.join(format!("counter_{pid}.db")), &bytes).expect("write");
+    }
+}
+
+#[test]
+fn large_directories_load_values_on_two_threads_and_survive_a_shrunk_file() {
+    // 200 files x 400 records = 80,000 values: above the two-thread threshold.
+    let dir = tempfile::tempdir().expect("tempdir");
+    counter_files(dir.path(), 200, 400);
+    let mut reader = Reader::new();
+    let (first, _) = text(&mut reader, dir.path());
+    assert!(first.contains("c_total{i=\"399\"} 200.0\n"), "{first}");
+    let (steady, stats) = text(&mut reader, dir.path());
+    assert_eq!(steady, first);
+    assert_eq!(stats.keys_decoded, 0);
+    // Shrink files on both halves of the split (listing order is readdir's):
+    // each is reported, everything else is exact.
+    for pid in [3, 101, 199] {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.path().join(format!("counter_{pid}.db")))
+            .expect("open")
+            .set_len(0)
+            .expect("truncate");
+    }
+    let collection = reader.collect(&[Input::Directory(dir.path().to_path_buf())]);
+    assert_eq!(collection.problems.len(), 3, "{:?}", collection.problems);
+    let body = String::from_utf8(encode(
+        &collection.families,
+        Format::Text,
+        Escaping::Underscores,
+    ))
+    .expect("utf-8");
+    assert!(body.contains("c_total{i=\"0\"} 197.0\n"), "{body}");
+    assert!(body.contains("c_total{i=\"399\"} 197.0\n"), "{body}");
+}
+
+#[test]
+fn files_added_to_a_long_unchanged_directory_are_listed() {
+    // Regression guard for the listing cache: a directory whose last change
+    // is old is not listed again while its modification time stays the same.
+    let dir = tempfile::tempdir().expect("tempdir");
+    counter_files(dir.path(), 2, 1);
+    let an_hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    let set_old = || {
+        std::fs::File::open(dir.path())
+            .expect("open dir")
+            .set_modified(an_hour_ago)
+            .expect("set mtime");
+    };
+    set_old();
+    let mut reader = Reader::new();
+    let (body, _) = text(&mut reader, dir.path());
+    assert!(body.contains("c_total{i=\"0\"} 2.0\n"), "{body}");
+    let (body, _) = text(&mut reader, dir.path());
+    assert!(body.contains("c_total{i=\"0\"} 2.0\n"), "{body}");
+    // Added.
+    counter_files(dir.path(), 3, 1);
+    let (body, _) = text(&mut reader, dir.path());
+    assert!(body.contains("c_total{i=\"0\"} 3.0\n"), "{body}");
+    // Replaced by a rename (a new inode) after the directory settled again.
+    set_old();
+    let _ = text(&mut reader, dir.path());
+    let replacement = multiproc_exporter::writer::file_bytes(&[(
+        r#"["c", "c_total", {"i": "0"}, "h"]"#,
+        10.0,
+        0.0,
+    )]);
+    let tmp = dir.path().join("tmp");
+    std::fs::write(&tmp, &replacement).expect("write");
+    std::fs::rename(&tmp, dir.path().join("counter_0.db")).expect("rename");
+    let (body, _) = text(&mut reader, dir.path());
+    assert!(body.contains("c_total{i=\"0\"} 12.0\n"), "{body}");
+    // Removed.
+    set_old();
+    let _ = text(&mut reader, dir.path());
+    std::fs::remove_file(dir.path().join("counter_2.db")).expect("remove");
+    let (body, _) = text(&mut reader, dir.path());
+    assert!(body.contains("c_total{i=\"0\"} 11.0\n"), "{body}");
+}
