@@ -7,15 +7,14 @@
 //! relabelling, its metric relabelling of `vllm_pod` into `namespace` and
 //! `pod` — runs exactly as written in the file.
 
+mod monitoring;
 mod support;
 
 use std::collections::BTreeSet;
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use support::{get, python, repo_root, run_python, wait_for, Exporter};
+use monitoring::{eventually, free_port, Prometheus};
+use support::{python, repo_root, run_python, tool, Exporter};
 
 /// vLLM's API server writing a counter and a `mostrecent` gauge.
 const WRITER: &str = r#"
@@ -25,38 +24,6 @@ n = int(sys.argv[1])
 Counter('vllm:prompt_tokens', 'Number of prefill tokens processed.', ['model_name']).labels('m').inc(10 * n)
 Gauge('vllm:kv_cache_usage_perc', 'KV-cache usage. 1 means 100 percent usage.', ['model_name'], multiprocess_mode='mostrecent').labels('m').set(0.25 * n)
 "#;
-
-fn prometheus_binary() -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|p| p.join("prometheus"))
-            .find(|p| p.is_file())
-    });
-    if found.is_none() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "the prometheus binary is required in CI (scripts/test installs Debian's prometheus package)"
-        );
-        eprintln!("skipping: no prometheus binary (run scripts/test)");
-    }
-    found
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// A static target with the meta labels Kubernetes pod discovery would give
 /// a container port of a pod annotated like the DaemonSet's pods.
@@ -107,82 +74,27 @@ fn config_with_static_targets(targets: Vec<serde_yaml::Value>) -> String {
     serde_yaml::to_string(&config).unwrap()
 }
 
-fn start_prometheus(binary: &Path, work: &Path, config: &str) -> (KillOnDrop, String) {
-    let port = free_port();
-    let config_path = work.join("prometheus.yml");
-    std::fs::write(&config_path, config).unwrap();
-    let log = std::fs::File::create(work.join("prometheus.log")).unwrap();
-    let child = Command::new(binary)
-        .arg(format!("--config.file={}", config_path.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            work.join("tsdb").display()
-        ))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("start prometheus");
-    let child = KillOnDrop(child);
-    let base = format!("http://127.0.0.1:{port}");
-    wait_for("prometheus to be ready", || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-        (get(&format!("{base}/-/ready"), &[]).status == 200).then_some(())
-    });
-    (child, base)
-}
-
-fn percent_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-fn query(prometheus: &str, promql: &str) -> Vec<(serde_json::Value, f64)> {
-    let reply = get(
-        &format!("{prometheus}/api/v1/query?query={}", percent_encode(promql)),
-        &[],
-    );
-    assert_eq!(reply.status, 200, "{promql}: {}", reply.text());
-    let body: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
-    body["data"]["result"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            let value = r["value"][1].as_str().unwrap().parse::<f64>().unwrap();
-            (r["metric"].clone(), value)
-        })
-        .collect()
-}
-
 /// Polls `promql` until it returns `want` series (Prometheus starts scraping
 /// a few seconds after start-up).
-fn wait_for_series(prometheus: &str, promql: &str, want: usize) -> Vec<(serde_json::Value, f64)> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let results = query(prometheus, promql);
+fn wait_for_series(
+    prometheus: &Prometheus,
+    promql: &str,
+    want: usize,
+) -> Vec<(serde_json::Value, f64)> {
+    eventually(promql, Duration::from_secs(60), || {
+        let results = prometheus.query_ok(promql);
         if results.len() == want {
-            return results;
+            Ok(results)
+        } else {
+            Err(format!("want {want} series, have {results:?}"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "{promql}: want {want} series, have {results:?}"
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    })
 }
 
 #[test]
 fn prometheus_yml_scrapes_the_daemonset_with_the_vllm_pods_namespace_and_pod() {
     let Some(python) = python() else { return };
-    let Some(prometheus) = prometheus_binary() else {
+    let Some(prometheus) = tool("prometheus") else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
@@ -218,7 +130,7 @@ fn prometheus_yml_scrapes_the_daemonset_with_the_vllm_pods_namespace_and_pod() {
     ]);
     let work = tmp.path().join("prometheus");
     std::fs::create_dir(&work).unwrap();
-    let (_prometheus, prom) = start_prometheus(&prometheus, &work, &config);
+    let prom = Prometheus::start(&prometheus, &work, &config);
 
     // Only the exporter's port is a target, and it is up.
     let up = wait_for_series(&prom, "up", 1);
@@ -248,18 +160,15 @@ fn prometheus_yml_scrapes_the_daemonset_with_the_vllm_pods_namespace_and_pod() {
             .map(|(a, b, c)| ((*a).to_owned(), (*b).to_owned(), (*c).to_owned()))
             .collect();
     assert_eq!(seen, expected);
-    let usage = query(
-        &prom,
-        "vllm:kv_cache_usage_perc{namespace=\"research\",pod=\"vllm-b\"}",
-    );
+    let usage = prom.query_ok("vllm:kv_cache_usage_perc{namespace=\"research\",pod=\"vllm-b\"}");
     assert_eq!(usage.len(), 1, "{usage:?}");
     assert_eq!(usage[0].1, 0.75);
     // The exporter's own metrics keep the exporter pod's labels.
-    let own = query(&prom, "multiproc_exporter_scrape_subdirectories");
+    let own = prom.query_ok("multiproc_exporter_scrape_subdirectories");
     assert_eq!(own.len(), 1, "{own:?}");
     assert_eq!(own[0].1, 2.0);
     assert_eq!(own[0].0["namespace"], "monitoring");
     assert_eq!(own[0].0["pod"], "multiproc-exporter-x7k2p");
     // By now every target has been scraped a few times: still one target.
-    assert_eq!(query(&prom, "up").len(), 1);
+    assert_eq!(prom.query_ok("up").len(), 1);
 }

@@ -8,7 +8,6 @@
 //! own metrics.
 
 mod support;
-mod web_support;
 
 #[allow(dead_code, unreachable_pub)]
 #[path = "../benches/support/fixture.rs"]
@@ -19,8 +18,9 @@ use std::net::TcpStream;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use support::{get, key, python, run_python, write_db, Exporter, TIMEOUT};
-use web_support::sample;
+use support::{
+    assert_sample, get, key, python, run_python, sample_value, write_db, Exporter, TIMEOUT,
+};
 
 const CLOSED: &str = "multiproc_exporter_http_connections_closed_total";
 
@@ -104,10 +104,10 @@ fn a_trickled_request_and_a_silent_connection_are_cut_off_by_the_header_timeout(
     );
 
     let metrics = connection_metrics(&exporter);
-    assert_eq!(
-        sample(&metrics, &format!("{CLOSED}{{reason=\"header_timeout\"}}")),
-        Some(2.0),
-        "{metrics}"
+    assert_sample(
+        &metrics,
+        &format!("{CLOSED}{{reason=\"header_timeout\"}}"),
+        2.0,
     );
 }
 
@@ -161,15 +161,15 @@ fn an_idle_kept_alive_connection_is_closed_by_the_idle_timeout() {
         "closed before the timeout"
     );
     let metrics = connection_metrics(&exporter);
-    assert_eq!(
-        sample(&metrics, &format!("{CLOSED}{{reason=\"idle_timeout\"}}")),
-        Some(1.0),
-        "{metrics}"
+    assert_sample(
+        &metrics,
+        &format!("{CLOSED}{{reason=\"idle_timeout\"}}"),
+        1.0,
     );
-    assert_eq!(
-        sample(&metrics, &format!("{CLOSED}{{reason=\"header_timeout\"}}")),
-        Some(0.0),
-        "{metrics}"
+    assert_sample(
+        &metrics,
+        &format!("{CLOSED}{{reason=\"header_timeout\"}}"),
+        0.0,
     );
 }
 
@@ -197,16 +197,16 @@ fn idle_connections_beyond_the_limit_cannot_lock_out_a_scraper() {
         assert!(exporter.metrics().contains("vllm:prompt_tokens_total"));
     }
     let metrics = connection_metrics(&exporter);
-    let evicted = sample(&metrics, &format!("{CLOSED}{{reason=\"evicted\"}}")).unwrap();
+    let evicted = sample_value(&metrics, &format!("{CLOSED}{{reason=\"evicted\"}}")).unwrap();
     // 24 hogs made room for the last 8 hogs, one more for the first scrape
     // (the later ones found the earlier scrapes' connections closed).
     assert!(evicted >= 25.0, "{metrics}");
-    assert_eq!(
-        sample(&metrics, &format!("{CLOSED}{{reason=\"max_connections\"}}")),
-        Some(0.0),
-        "{metrics}"
+    assert_sample(
+        &metrics,
+        &format!("{CLOSED}{{reason=\"max_connections\"}}"),
+        0.0,
     );
-    let open = sample(&metrics, "multiproc_exporter_http_connections_open").unwrap();
+    let open = sample_value(&metrics, "multiproc_exporter_http_connections_open").unwrap();
     assert!(open <= 8.0, "{metrics}");
     // The oldest hogs were the ones closed.
     assert!(closed_by_server(&mut hogs[0]));
@@ -274,13 +274,10 @@ fn scrapes_beyond_max_requests_get_503_and_the_others_succeed() {
         }
     }
     let metrics = connection_metrics(&exporter);
-    assert_eq!(
-        sample(
-            &metrics,
-            "multiproc_exporter_http_requests_rejected_total{reason=\"max_requests\"}"
-        ),
-        Some(refused.len() as f64),
-        "{metrics}"
+    assert_sample(
+        &metrics,
+        "multiproc_exporter_http_requests_rejected_total{reason=\"max_requests\"}",
+        refused.len() as f64,
     );
 }
 
@@ -343,10 +340,10 @@ print(total)
     assert!(full > 10_000_000, "{full}");
     assert!(received < full, "received {received} of {full} bytes");
     let metrics = connection_metrics(&exporter);
-    assert_eq!(
-        sample(&metrics, &format!("{CLOSED}{{reason=\"write_timeout\"}}")),
-        Some(1.0),
-        "{metrics}"
+    assert_sample(
+        &metrics,
+        &format!("{CLOSED}{{reason=\"write_timeout\"}}"),
+        1.0,
     );
 }
 

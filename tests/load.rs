@@ -23,7 +23,6 @@ mod support;
 #[path = "../benches/support/fixture.rs"]
 mod fixture;
 
-use std::io::Read as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -142,19 +141,17 @@ fn concurrent_scrapers_get_answers_and_memory_stays_bounded() {
                             .header("Accept-Encoding", "gzip")
                             .header("X-Prometheus-Scrape-Timeout-Seconds", "10")
                             .call()
+                            .and_then(support::read_reply)
                             .map_err(|e| e.to_string())
-                            .and_then(|response| {
-                                let status = response.status().as_u16();
-                                let mut body = Vec::new();
-                                response
-                                    .into_body()
-                                    .into_reader()
-                                    .read_to_end(&mut body)
-                                    .map_err(|e| e.to_string())?;
-                                if status == 200 && !body.is_empty() {
-                                    Ok(body.len())
+                            .and_then(|reply| {
+                                if reply.status == 200 && !reply.body.is_empty() {
+                                    Ok(reply.body.len())
                                 } else {
-                                    Err(format!("status {status}, {} bytes", body.len()))
+                                    Err(format!(
+                                        "status {}, {} bytes",
+                                        reply.status,
+                                        reply.body.len()
+                                    ))
                                 }
                             });
                         match result {

@@ -5,51 +5,17 @@
 //! both, and queries through Prometheus's HTTP API return the exact numbers the
 //! writers produced, including the p95 of a histogram via `histogram_quantile`.
 
+mod monitoring;
 mod support;
 
-use std::io::Write as _;
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-use support::{get, python, repo_root, wait_for, Exporter};
+use monitoring::{eventually, Prometheus};
+use support::{get, python, repo_root, tool, Exporter};
 
-/// The `prometheus` binary, or `None` (a failure under `CI=true`).
-fn prometheus_binary() -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|p| p.join("prometheus"))
-            .find(|p| p.is_file())
-    });
-    if found.is_none() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "the prometheus binary is required in CI (scripts/test installs Debian's prometheus package)"
-        );
-        eprintln!("skipping: no prometheus binary (run scripts/test)");
-    }
-    found
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_prometheus(binary: &Path, work: &Path, targets: &[(&str, &str)]) -> (KillOnDrop, String) {
-    let port = free_port();
+/// prometheus.yml scraping each `(job, exporter base URL)` every second.
+fn scrape_config(targets: &[(&str, &str)]) -> String {
     let mut config = String::from(
         "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n  evaluation_interval: 1s\nscrape_configs:\n",
     );
@@ -59,89 +25,33 @@ fn start_prometheus(binary: &Path, work: &Path, targets: &[(&str, &str)]) -> (Ki
             "  - job_name: {job}\n    static_configs:\n      - targets: ['{target}']\n"
         ));
     }
-    let config_path = work.join("prometheus.yml");
-    std::fs::File::create(&config_path)
-        .and_then(|mut f| f.write_all(config.as_bytes()))
-        .expect("write prometheus.yml");
-    let log = std::fs::File::create(work.join("prometheus.log")).expect("log file");
-    let child = Command::new(binary)
-        .arg(format!("--config.file={}", config_path.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            work.join("tsdb").display()
-        ))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("start prometheus");
-    let base = format!("http://127.0.0.1:{port}");
-    let child = KillOnDrop(child);
-    wait_for("prometheus to be ready", || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-        (get(&format!("{base}/-/ready"), &[]).status == 200).then_some(())
-    });
-    (child, base)
-}
-
-/// Runs an instant query; returns `(labels, value)` for every series.
-fn query(prometheus: &str, promql: &str) -> Vec<(serde_json::Value, f64)> {
-    let url = format!("{prometheus}/api/v1/query?query={}", percent_encode(promql));
-    let reply = get(&url, &[]);
-    assert_eq!(reply.status, 200, "{promql}: {}", reply.text());
-    let body: serde_json::Value = serde_json::from_slice(&reply.body).expect("JSON");
-    assert_eq!(body["status"], "success", "{promql}: {body}");
-    body["data"]["result"]
-        .as_array()
-        .expect("vector result")
-        .iter()
-        .map(|r| {
-            let value = r["value"][1]
-                .as_str()
-                .expect("value")
-                .parse::<f64>()
-                .expect("number");
-            (r["metric"].clone(), value)
-        })
-        .collect()
-}
-
-fn percent_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+    config
 }
 
 /// The value for `job`, waiting until Prometheus has scraped `want`.
-fn wait_for_value(prometheus: &str, promql: &str, job: &str, want: f64) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let results = query(prometheus, promql);
-        let got = results
-            .iter()
-            .find(|(labels, _)| labels["job"] == job)
-            .map(|(_, v)| *v);
-        if got == Some(want) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{promql} for job {job}: want {want}, have {results:?}"
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+fn wait_for_value(prometheus: &Prometheus, promql: &str, job: &str, want: f64) {
+    eventually(
+        &format!("{promql} for job {job}"),
+        Duration::from_secs(60),
+        || {
+            let results = prometheus.query_ok(promql);
+            let got = results
+                .iter()
+                .find(|(labels, _)| labels["job"] == job)
+                .map(|(_, v)| *v);
+            if got == Some(want) {
+                Ok(())
+            } else {
+                Err(format!("want {want}, have {results:?}"))
+            }
+        },
+    );
 }
 
 #[test]
 fn prometheus_scrapes_ray_named_vllm_metrics_in_both_formats() {
     let Some(python) = python() else { return };
-    let Some(prometheus_bin) = prometheus_binary() else {
+    let Some(prometheus_bin) = tool("prometheus") else {
         return;
     };
     let work = tempfile::tempdir().expect("tempdir");
@@ -160,10 +70,10 @@ fn prometheus_scrapes_ray_named_vllm_metrics_in_both_formats() {
         config,
         "--web.disable-openmetrics",
     ]);
-    let (_prometheus, prom) = start_prometheus(
+    let prom = Prometheus::start(
         &prometheus_bin,
         work.path(),
-        &[("openmetrics", &openmetrics.base), ("text", &text.base)],
+        &scrape_config(&[("openmetrics", &openmetrics.base), ("text", &text.base)]),
     );
 
     // Prometheus starts scrape loops a few seconds after start-up: wait for
@@ -223,28 +133,26 @@ fn prometheus_scrapes_ray_named_vllm_metrics_in_both_formats() {
         );
         wait_for_value(&prom, "up", job, 1.0);
         // The colon names are gone: Ray naming renamed every vLLM family.
-        assert!(query(&prom, &format!("{{__name__=~\"vllm:.*\",job=\"{job}\"}}")).is_empty());
+        assert!(prom
+            .query_ok(&format!("{{__name__=~\"vllm:.*\",job=\"{job}\"}}"))
+            .is_empty());
     }
 
     // Every observation was 0.3 s, inside the (0.2, 0.5] bucket of vLLM's
     // kv_cache_residency buckets, so the p95 interpolates to 0.2 + 0.3 * 0.95.
-    let p95 = query(
-        &prom,
+    let p95 = prom.query_ok(
         "histogram_quantile(0.95, sum by (le) (rate(ray_vllm_kv_block_lifetime_seconds_bucket[5m])))",
     );
     assert_eq!(
         p95.len(),
         1,
         "{p95:?}; buckets: {:?}",
-        query(
-            &prom,
-            "count_over_time(ray_vllm_kv_block_lifetime_seconds_bucket{le=\"0.5\"}[5m])"
-        )
+        prom.query_ok("count_over_time(ray_vllm_kv_block_lifetime_seconds_bucket{le=\"0.5\"}[5m])")
     );
     assert!((p95[0].1 - 0.485).abs() < 1e-9, "p95 = {}", p95[0].1);
 
     // Both targets are healthy with no scrape error.
-    let reply = get(&format!("{prom}/api/v1/targets"), &[]);
+    let reply = get(&format!("{}/api/v1/targets", prom.base), &[]);
     let targets: serde_json::Value = serde_json::from_slice(&reply.body).expect("JSON");
     let active = targets["data"]["activeTargets"]
         .as_array()

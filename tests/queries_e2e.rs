@@ -227,7 +227,7 @@ fn alert_key(labels: &Json) -> String {
 #[test]
 fn every_dashboard_and_rule_query_returns_data_and_the_test_alerts_fire() {
     let Some(python) = python() else { return };
-    let Some(prometheus_bin) = monitoring::binary("prometheus") else {
+    let Some(prometheus_bin) = support::tool("prometheus") else {
         return;
     };
     let started = Instant::now();

@@ -53,7 +53,7 @@ fn generated_files_are_up_to_date() {
 
 #[test]
 fn promtool_checks_and_unit_tests_every_rule_file() {
-    let Some(promtool) = monitoring::binary("promtool") else {
+    let Some(promtool) = support::tool("promtool") else {
         return;
     };
     let rules = rule_files();
@@ -164,7 +164,7 @@ fn unit_tests_of_mutant(promtool: &Path, rule_file: &str, from: &str, to: &str) 
 
 #[test]
 fn unit_tests_fail_when_a_rule_is_broken() {
-    let Some(promtool) = monitoring::binary("promtool") else {
+    let Some(promtool) = support::tool("promtool") else {
         return;
     };
     let mutants = [

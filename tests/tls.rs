@@ -4,13 +4,15 @@
 //! Prometheus server scraping over TLS with a client certificate and basic
 //! authentication. The web configuration files are exporter-toolkit's format.
 
+mod monitoring;
 mod support;
 mod web_support;
 
 use std::path::Path;
 
-use support::{python, wait_for, write_counter, Exporter};
-use web_support::{bcrypt_hash, curl, sample, tool, ureq_get, Pki, PYTHON_CLIENT};
+use monitoring::Prometheus;
+use support::{assert_sample, python, tool, wait_for, write_counter, Exporter};
+use web_support::{assert_web_config_rejected, bcrypt_hash, curl, ureq_get, Pki, PYTHON_CLIENT};
 
 /// The tools every test here needs; `None` skips (outside CI).
 fn tools() -> Option<()> {
@@ -155,10 +157,10 @@ fn client_certificates_are_verified_with_real_clients() {
 
     // The refusals are counted; the server is unharmed.
     let metrics = self_metrics(&https, &pki, &[]);
-    assert_eq!(
-        sample(&metrics, &format!("{CLOSED}{{reason=\"tls_handshake\"}}")),
-        Some(7.0),
-        "{metrics}"
+    assert_sample(
+        &metrics,
+        &format!("{CLOSED}{{reason=\"tls_handshake\"}}"),
+        7.0,
     );
 }
 
@@ -311,18 +313,11 @@ fn passwords_are_checked_with_real_clients_and_cached() {
     // often it was sent: alice:s3cret, bob:fakepassword, alice:wrong,
     // carol:s3cret, alice:nope.
     let metrics = curl_with(&format!("{https}/metrics"), &tls, &["-u", "alice:s3cret"]).body;
-    assert_eq!(
-        sample(&metrics, "multiproc_exporter_http_bcrypt_checks_total"),
-        Some(5.0),
-        "{metrics}"
-    );
-    assert_eq!(
-        sample(
-            &metrics,
-            "multiproc_exporter_http_requests_rejected_total{reason=\"unauthorized\"}"
-        ),
-        Some(4.0 * 3.0 + 2.0),
-        "{metrics}"
+    assert_sample(&metrics, "multiproc_exporter_http_bcrypt_checks_total", 5.0);
+    assert_sample(
+        &metrics,
+        "multiproc_exporter_http_requests_rejected_total{reason=\"unauthorized\"}",
+        4.0 * 3.0 + 2.0,
     );
 }
 
@@ -379,20 +374,16 @@ fn plain_http_to_the_tls_port_gets_400_and_the_server_keeps_serving() {
         "the silent connection was not closed"
     );
     let metrics = curl_with(&format!("{https}/metrics"), &curl_tls(&pki, None), &[]).body;
-    assert_eq!(
-        sample(&metrics, &format!("{CLOSED}{{reason=\"plain_http\"}}")),
-        Some(2.0),
-        "{metrics}"
+    assert_sample(&metrics, &format!("{CLOSED}{{reason=\"plain_http\"}}"), 2.0);
+    assert_sample(
+        &metrics,
+        &format!("{CLOSED}{{reason=\"tls_handshake\"}}"),
+        1.0,
     );
-    assert_eq!(
-        sample(&metrics, &format!("{CLOSED}{{reason=\"tls_handshake\"}}")),
-        Some(1.0),
-        "{metrics}"
-    );
-    assert_eq!(
-        sample(&metrics, &format!("{CLOSED}{{reason=\"header_timeout\"}}")),
-        Some(1.0),
-        "{metrics}"
+    assert_sample(
+        &metrics,
+        &format!("{CLOSED}{{reason=\"header_timeout\"}}"),
+        1.0,
     );
 }
 
@@ -534,21 +525,15 @@ fn a_rotated_certificate_is_served_without_a_restart() {
     });
     let https = exporter.base.replacen("http://", "https://", 1);
     let metrics = curl_with(&format!("{https}/metrics"), &curl_tls(&pki, None), &[]).body;
-    assert_eq!(
-        sample(
-            &metrics,
-            "multiproc_exporter_web_config_reloads_total{result=\"success\"}"
-        ),
-        Some(1.0),
-        "{metrics}"
+    assert_sample(
+        &metrics,
+        "multiproc_exporter_web_config_reloads_total{result=\"success\"}",
+        1.0,
     );
-    assert_eq!(
-        sample(
-            &metrics,
-            "multiproc_exporter_web_config_reloads_total{result=\"failure\"}"
-        ),
-        Some(0.0),
-        "{metrics}"
+    assert_sample(
+        &metrics,
+        "multiproc_exporter_web_config_reloads_total{result=\"failure\"}",
+        0.0,
     );
 }
 
@@ -586,98 +571,7 @@ fn a_tls_port_with_a_bad_certificate_does_not_start() {
             "only TLS 1.2 and TLS 1.3",
         ),
     ] {
-        std::fs::write(&config, yaml).unwrap();
-        let (code, _, stderr) = support::run_exporter(&[
-            "serve",
-            "--dir",
-            tmp.path().to_str().unwrap(),
-            "--web.listen-address",
-            "127.0.0.1:0",
-            "--web.config.file",
-            config.to_str().unwrap(),
-        ]);
-        assert_eq!(code, 2, "{yaml}: {stderr}");
-        assert!(stderr.contains(expected), "{yaml}: {stderr}");
-    }
-}
-
-mod prometheus {
-    //! A real Prometheus server scraping the exporter over TLS.
-
-    use std::io::Write as _;
-    use std::net::TcpListener;
-    use std::path::{Path, PathBuf};
-    use std::process::{Child, Command, Stdio};
-
-    use super::support::{get, wait_for};
-
-    pub(super) struct KillOnDrop(Child);
-
-    impl Drop for KillOnDrop {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-
-    /// Starts `prometheus` with these scrape jobs (YAML list items); its base URL.
-    pub(super) fn start(binary: &Path, work: &Path, jobs: &str) -> (KillOnDrop, String) {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .unwrap();
-        let config = format!(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\nscrape_configs:\n{jobs}"
-        );
-        let config_path = work.join("prometheus.yml");
-        std::fs::File::create(&config_path)
-            .and_then(|mut f| f.write_all(config.as_bytes()))
-            .unwrap();
-        let log = std::fs::File::create(work.join("prometheus.log")).unwrap();
-        let child = Command::new(binary)
-            .arg(format!("--config.file={}", config_path.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                work.join("tsdb").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start prometheus");
-        let base = format!("http://127.0.0.1:{port}");
-        let child = KillOnDrop(child);
-        wait_for("Prometheus to be ready", || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-            (get(&format!("{base}/-/ready"), &[]).status == 200).then_some(())
-        });
-        (child, base)
-    }
-
-    /// The value of an instant query with a single result, if there is one.
-    pub(super) fn query_one(base: &str, promql: &str) -> Option<f64> {
-        let encoded: String = promql
-            .bytes()
-            .map(|b| match b {
-                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'.' | b'-' => {
-                    (b as char).to_string()
-                }
-                _ => format!("%{b:02X}"),
-            })
-            .collect();
-        let reply = get(&format!("{base}/api/v1/query?query={encoded}"), &[]);
-        let json: serde_json::Value = serde_json::from_slice(&reply.body).ok()?;
-        let result = json["data"]["result"].as_array()?;
-        let [one] = result.as_slice() else {
-            return None;
-        };
-        one["value"][1].as_str()?.parse().ok()
-    }
-
-    /// The `prometheus` binary (see `tests/prometheus_e2e.rs`).
-    pub(super) fn binary() -> Option<PathBuf> {
-        super::web_support::tool("prometheus")
+        assert_web_config_rejected(tmp.path(), &config, yaml, expected);
     }
 }
 
@@ -686,7 +580,7 @@ fn prometheus_scrapes_over_tls_with_a_client_certificate_and_basic_auth() {
     if tools().is_none() {
         return;
     }
-    let Some(binary) = prometheus::binary() else {
+    let Some(binary) = tool("prometheus") else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
@@ -719,13 +613,19 @@ fn prometheus_scrapes_over_tls_with_a_client_certificate_and_basic_auth() {
     );
     let work = tmp.path().join("prometheus");
     std::fs::create_dir(&work).unwrap();
-    let (_prometheus, base) = prometheus::start(&binary, &work, &jobs);
-    let targets = || support::get(&format!("{base}/api/v1/targets"), &[]).text();
+    let prometheus = Prometheus::start(
+        &binary,
+        &work,
+        &format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\nscrape_configs:\n{jobs}"
+        ),
+    );
+    let targets = || support::get(&format!("{}/api/v1/targets", prometheus.base), &[]).text();
     let started = std::time::Instant::now();
     // Prometheus 2.x asks for OpenMetrics, where prometheus_client writes
     // the name with `_` for `:`: match either spelling.
     let promql = "{__name__=~\"vllm.prompt_tokens_total\", job=\"good\"}";
-    while prometheus::query_one(&base, promql) != Some(1234.0) {
+    while prometheus.query_one(promql) != Some(1234.0) {
         assert!(
             started.elapsed() < support::TIMEOUT,
             "Prometheus did not scrape the exporter over TLS: {}",
@@ -733,10 +633,10 @@ fn prometheus_scrapes_over_tls_with_a_client_certificate_and_basic_auth() {
         );
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    assert_eq!(prometheus::query_one(&base, "up{job=\"good\"}"), Some(1.0));
+    assert_eq!(prometheus.query_one("up{job=\"good\"}"), Some(1.0));
     wait_for("the failing jobs to be down", || {
-        (prometheus::query_one(&base, "up{job=\"wrong_password\"}") == Some(0.0)
-            && prometheus::query_one(&base, "up{job=\"plain_http\"}") == Some(0.0))
+        (prometheus.query_one("up{job=\"wrong_password\"}") == Some(0.0)
+            && prometheus.query_one("up{job=\"plain_http\"}") == Some(0.0))
         .then_some(())
     });
     // The wrong password was answered 401, the plain-HTTP scrape 400.

@@ -7,8 +7,8 @@
 mod support;
 mod web_support;
 
-use support::{get, run_exporter, wait_for, Exporter};
-use web_support::{bcrypt_hash, sample, write_atomically};
+use support::{get, run_exporter, sample_value, tool, wait_for, Exporter};
+use web_support::{assert_web_config_rejected, bcrypt_hash, write_atomically};
 
 fn basic(user: &str, password: &str) -> String {
     use base64::Engine as _;
@@ -47,18 +47,7 @@ fn an_invalid_web_config_stops_the_exporter_at_start_up() {
         ),
         ("tls_server_config: [\n", "invalid web configuration"),
     ] {
-        std::fs::write(&config, yaml).unwrap();
-        let (code, _, stderr) = run_exporter(&[
-            "serve",
-            "--dir",
-            tmp.path().to_str().unwrap(),
-            "--web.listen-address",
-            "127.0.0.1:0",
-            "--web.config.file",
-            config.to_str().unwrap(),
-        ]);
-        assert_eq!(code, 2, "{yaml}: {stderr}");
-        assert!(stderr.contains(expected), "{yaml}: {stderr}");
+        assert_web_config_rejected(tmp.path(), &config, yaml, expected);
     }
     let (code, _, stderr) = run_exporter(&[
         "serve",
@@ -146,7 +135,7 @@ fn a_password_change_applies_without_a_restart_and_a_bad_file_keeps_the_old_one(
     let metrics = exporter
         .get_with("/metrics", &[("Authorization", &basic("alice", "two"))])
         .text();
-    let value = |series: &str| sample(&metrics, series);
+    let value = |series: &str| sample_value(&metrics, series);
     assert_eq!(
         value("multiproc_exporter_web_config_last_reload_successful"),
         Some(0.0)
@@ -170,7 +159,7 @@ fn a_password_change_applies_without_a_restart_and_a_bad_file_keeps_the_old_one(
     );
 
     // Switching TLS on needs a restart: refused, the listener stays plain HTTP.
-    if web_support::tool("openssl").is_some() {
+    if tool("openssl").is_some() {
         let _pki = web_support::Pki::new(&tmp.path().join("pki"));
         write_atomically(
             &config,

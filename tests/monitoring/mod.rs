@@ -1,7 +1,10 @@
 //! Helpers for the tests of the monitoring files: the Prometheus rules in
 //! `deploy/prometheus/` and the Grafana dashboards in `grafana/dashboards/`
-//! (reading their rules, queries and variables), and a real Prometheus server
-//! (Debian's `prometheus` package) to run those queries against.
+//! (reading their rules, queries and variables), and the one way the tests
+//! start a real Prometheus server (Debian's `prometheus` package; find it
+//! with `support::tool("prometheus")`) and query it: used by every test that
+//! runs Prometheus (`prometheus_e2e`, `deploy_prometheus`, `queries_e2e`,
+//! `rules_and_dashboards`, `tls`).
 #![allow(dead_code)]
 
 use std::io::Write as _;
@@ -194,25 +197,6 @@ pub(crate) fn parse_label_values(query: &str) -> (String, String) {
     (selector.trim().to_owned(), label.trim().to_owned())
 }
 
-/// A binary from `PATH`, or `None` (a failure under `CI=true`: scripts/test
-/// installs Debian's `prometheus` package, which has both `prometheus` and
-/// `promtool`).
-pub(crate) fn binary(name: &str) -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|p| p.join(name))
-            .find(|p| p.is_file())
-    });
-    if found.is_none() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "{name} is required in CI (scripts/test installs Debian's prometheus package)"
-        );
-        eprintln!("skipping: no {name} binary (run scripts/test)");
-    }
-    found
-}
-
 /// Percent-encodes a query-string value.
 pub(crate) fn percent_encode(s: &str) -> String {
     s.bytes()
@@ -225,7 +209,8 @@ pub(crate) fn percent_encode(s: &str) -> String {
         .collect()
 }
 
-fn free_port() -> u16 {
+/// A TCP port on 127.0.0.1 that nothing listens on (at the time of the call).
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -331,6 +316,22 @@ impl Prometheus {
                 (r["metric"].clone(), value)
             })
             .collect())
+    }
+
+    /// Like [`Prometheus::query`], panicking when Prometheus answers with an
+    /// error.
+    pub(crate) fn query_ok(&self, promql: &str) -> Vec<(Json, f64)> {
+        self.query(promql)
+            .unwrap_or_else(|e| panic!("{promql}: {e}"))
+    }
+
+    /// The value of an instant query with exactly one series; `None` for an
+    /// error or any other number of series.
+    pub(crate) fn query_one(&self, promql: &str) -> Option<f64> {
+        match self.query(promql).ok()?.as_slice() {
+            [(_, value)] => Some(*value),
+            _ => None,
+        }
     }
 
     /// The values of `label` over every series matching `selector`

@@ -43,6 +43,25 @@ pub(crate) fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     }
 }
 
+/// A command-line tool the tests drive (`openssl`, `curl`, `prometheus`,
+/// `promtool`, ...) found on `PATH`, or `None` when it is missing: a failure
+/// under `CI=true`, where `scripts/test` installs it.
+pub(crate) fn tool(name: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join(name))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "`{name}` is required in CI (scripts/test installs it)"
+        );
+        eprintln!("skipping: no `{name}` command (run scripts/test)");
+    }
+    found
+}
+
 /// How to launch the exporter beyond its arguments.
 #[derive(Debug, Clone)]
 pub(crate) struct Launch {
@@ -318,7 +337,11 @@ pub(crate) fn try_get_within(
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
-    let response = request.call()?;
+    read_reply(request.call()?)
+}
+
+/// Reads a ureq response whole: its status, headers and body.
+pub(crate) fn read_reply(response: ureq::http::Response<ureq::Body>) -> Result<Reply, ureq::Error> {
     let status = response.status().as_u16();
     let headers = response
         .headers()
@@ -485,6 +508,13 @@ pub(crate) fn sample_value(body: &str, series: &str) -> Option<f64> {
         let value = line.strip_prefix(series)?.strip_prefix(' ')?;
         value.parse().ok()
     })
+}
+
+/// Asserts that the self-metric series `series` (as for [`sample_value`]) of
+/// a scrape body has the value `want`; the message shows the whole body.
+#[track_caller]
+pub(crate) fn assert_sample(body: &str, series: &str, want: f64) {
+    assert_eq!(sample_value(body, series), Some(want), "{series}:\n{body}");
 }
 
 /// The `multiproc_exporter_scrape_files_skipped` values by reason.

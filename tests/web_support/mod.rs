@@ -1,32 +1,14 @@
 //! Helpers for the tests of the HTTP side (TLS, authentication, limits):
 //! certificates made at test time with the `openssl` command, the real TLS
 //! clients (`curl`, Python's `ssl`, ureq with rustls), web configuration
-//! files, bcrypt hashes, and reading the exporter's own metrics.
+//! files and bcrypt hashes. Generic helpers (finding a tool, reading a
+//! self-metric) are in `tests/support/mod.rs`.
 #![allow(dead_code)]
 
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::support::{Reply, TIMEOUT};
-
-/// A command-line tool the tests drive, or `None` when it is missing
-/// (a failure under `CI=true`: `scripts/test` installs it).
-pub(crate) fn tool(name: &str) -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|p| p.join(name))
-            .find(|p| p.is_file())
-    });
-    if found.is_none() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "`{name}` is required in CI (scripts/test installs it)"
-        );
-        eprintln!("skipping: no `{name}` command");
-    }
-    found
-}
+use crate::support::{read_reply, Reply, TIMEOUT};
 
 /// Runs `openssl ARGS` in `dir`, asserting success.
 fn openssl(dir: &Path, args: &[&str]) {
@@ -89,52 +71,45 @@ impl Pki {
             "DNS:prometheus.example",
             "clientAuth",
         );
-        openssl(
-            dir,
-            &[
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:P-256",
-                "-nodes",
-                "-keyout",
-                "self-signed-client.key",
-                "-out",
-                "self-signed-client.pem",
-                "-days",
-                "2",
-                "-subj",
-                "/CN=prometheus",
-                "-addext",
-                "subjectAltName=DNS:prometheus.example",
-            ],
+        pki.self_signed(
+            "self-signed-client",
+            "prometheus",
+            &["-addext", "subjectAltName=DNS:prometheus.example"],
         );
         pki
     }
 
     fn ca(&self, name: &str) {
-        openssl(
-            &self.dir,
-            &[
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:P-256",
-                "-nodes",
-                "-keyout",
-                &format!("{name}.key"),
-                "-out",
-                &format!("{name}.pem"),
-                "-days",
-                "2",
-                "-subj",
-                &format!("/CN={name}"),
-            ],
+        self.self_signed(name, name, &[]);
+    }
+
+    /// A self-signed certificate `name.pem`/`name.key` for `/CN=cn`, with
+    /// `extra` arguments to `openssl req`.
+    fn self_signed(&self, name: &str, cn: &str, extra: &[&str]) {
+        let (key, pem, subject) = (
+            format!("{name}.key"),
+            format!("{name}.pem"),
+            format!("/CN={cn}"),
         );
+        let mut args = vec![
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            &key,
+            "-out",
+            &pem,
+            "-days",
+            "2",
+            "-subj",
+            &subject,
+        ];
+        args.extend_from_slice(extra);
+        openssl(&self.dir, &args);
     }
 
     /// A certificate `name.pem`/`name.key` signed by `ca`.
@@ -203,6 +178,24 @@ pub(crate) fn write_atomically(path: &Path, contents: &str) {
     std::fs::rename(&tmp, path).unwrap();
 }
 
+/// Asserts that `serve --dir DIR --web.listen-address 127.0.0.1:0
+/// --web.config.file CONFIG` with `yaml` written to `config` exits with
+/// code 2 and a message containing `expected`.
+pub(crate) fn assert_web_config_rejected(dir: &Path, config: &Path, yaml: &str, expected: &str) {
+    std::fs::write(config, yaml).unwrap();
+    let (code, _, stderr) = crate::support::run_exporter(&[
+        "serve",
+        "--dir",
+        dir.to_str().unwrap(),
+        "--web.listen-address",
+        "127.0.0.1:0",
+        "--web.config.file",
+        config.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{yaml}: {stderr}");
+    assert!(stderr.contains(expected), "{yaml}: {stderr}");
+}
+
 /// A bcrypt hash of `password` (cost 4, the lowest, to keep tests quick).
 pub(crate) fn bcrypt_hash(password: &str) -> String {
     bcrypt::hash(password, 4).unwrap()
@@ -267,24 +260,10 @@ pub(crate) fn ureq_get(
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
-    let response = request.call().map_err(|e| e.to_string())?;
-    let status = response.status().as_u16();
-    let headers = response
-        .headers()
-        .iter()
-        .map(|(n, v)| (n.as_str().to_owned(), v.to_str().unwrap_or("").to_owned()))
-        .collect();
-    let mut body = Vec::new();
-    response
-        .into_body()
-        .into_reader()
-        .read_to_end(&mut body)
-        .map_err(|e| e.to_string())?;
-    Ok(Reply {
-        status,
-        headers,
-        body,
-    })
+    request
+        .call()
+        .and_then(read_reply)
+        .map_err(|e| e.to_string())
 }
 
 /// Python's `ssl` + `urllib` as the client: prints `status body` or
@@ -310,13 +289,3 @@ except urllib.error.HTTPError as e:
 except Exception as e:
     print("error", type(e).__name__, e)
 "#;
-
-/// The value of an exporter self-metric sample (exact line prefix match,
-/// e.g. `multiproc_exporter_http_connections_closed_total{reason="plain_http"}`).
-pub(crate) fn sample(metrics: &str, series: &str) -> Option<f64> {
-    metrics.lines().find_map(|line| {
-        line.strip_prefix(series)
-            .and_then(|rest| rest.strip_prefix(' '))
-            .and_then(|v| v.parse().ok())
-    })
-}
