@@ -14,11 +14,14 @@ use monitoring::Prometheus;
 use support::{assert_sample, python, tool, wait_for, write_counter, Exporter};
 use web_support::{assert_web_config_rejected, bcrypt_hash, curl, ureq_get, Pki, PYTHON_CLIENT};
 
-/// The tools every test here needs; `None` skips (outside CI).
-fn tools() -> Option<()> {
+/// A temporary directory with a fresh [`Pki`] in its `pki/`; `None` skips
+/// when `openssl` or `curl` is missing (outside CI).
+fn setup() -> Option<(tempfile::TempDir, Pki)> {
     tool("openssl")?;
     tool("curl")?;
-    Some(())
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new(&tmp.path().join("pki"));
+    Some((tmp, pki))
 }
 
 /// Starts the exporter on `dir` with the web configuration `yaml` (written to
@@ -104,12 +107,10 @@ const CLOSED: &str = "multiproc_exporter_http_connections_closed_total";
 
 #[test]
 fn client_certificates_are_verified_with_real_clients() {
-    if tools().is_none() {
+    let Some((tmp, pki)) = setup() else {
         return;
-    }
+    };
     let Some(python) = python() else { return };
-    let tmp = tempfile::tempdir().unwrap();
-    let pki = Pki::new(&tmp.path().join("pki"));
     let dir = tmp.path().join("metrics");
     std::fs::create_dir(&dir).unwrap();
     write_counter(&dir, "1", 7.0);
@@ -166,11 +167,9 @@ fn client_certificates_are_verified_with_real_clients() {
 
 #[test]
 fn client_auth_types_and_allowed_sans() {
-    if tools().is_none() {
+    let Some((tmp, pki)) = setup() else {
         return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let pki = Pki::new(&tmp.path().join("pki"));
+    };
     let dir = tmp.path().join("metrics");
     let base = "tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\n";
     let status = |https: &str, client: Option<&str>| {
@@ -217,11 +216,9 @@ fn client_auth_types_and_allowed_sans() {
 
 #[test]
 fn inline_pem_certificates_keys_and_cas_work() {
-    if tools().is_none() {
+    let Some((tmp, pki)) = setup() else {
         return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let pki = Pki::new(&tmp.path().join("pki"));
+    };
     let dir = tmp.path().join("metrics");
     let block = |file: &str| {
         std::fs::read_to_string(pki.path(file))
@@ -251,12 +248,10 @@ fn inline_pem_certificates_keys_and_cas_work() {
 
 #[test]
 fn passwords_are_checked_with_real_clients_and_cached() {
-    if tools().is_none() {
+    let Some((tmp, pki)) = setup() else {
         return;
-    }
+    };
     let Some(python) = python() else { return };
-    let tmp = tempfile::tempdir().unwrap();
-    let pki = Pki::new(&tmp.path().join("pki"));
     let dir = tmp.path().join("metrics");
     std::fs::create_dir(&dir).unwrap();
     let hash = bcrypt_hash("s3cret");
@@ -323,11 +318,9 @@ fn passwords_are_checked_with_real_clients_and_cached() {
 
 #[test]
 fn plain_http_to_the_tls_port_gets_400_and_the_server_keeps_serving() {
-    if tools().is_none() {
+    let Some((tmp, pki)) = setup() else {
         return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let pki = Pki::new(&tmp.path().join("pki"));
+    };
     let dir = tmp.path().join("metrics");
     let (exporter, https) = start(
         &pki,
@@ -389,12 +382,10 @@ fn plain_http_to_the_tls_port_gets_400_and_the_server_keeps_serving() {
 
 #[test]
 fn min_and_max_versions_are_enforced() {
-    if tools().is_none() {
+    let Some((tmp, pki)) = setup() else {
         return;
-    }
+    };
     let Some(python) = python() else { return };
-    let tmp = tempfile::tempdir().unwrap();
-    let pki = Pki::new(&tmp.path().join("pki"));
     let dir = tmp.path().join("metrics");
     let tls = curl_tls(&pki, None);
 
@@ -470,12 +461,10 @@ with socket.create_connection((host, int(port)), timeout=20) as raw:
 
 #[test]
 fn a_rotated_certificate_is_served_without_a_restart() {
-    if tools().is_none() {
+    let Some((tmp, pki)) = setup() else {
         return;
-    }
+    };
     let Some(python) = python() else { return };
-    let tmp = tempfile::tempdir().unwrap();
-    let pki = Pki::new(&tmp.path().join("pki"));
     let dir = tmp.path().join("metrics");
     // A Kubernetes Secret volume: the files are symbolic links through
     // `..data`, which the kubelet swaps atomically to a new directory.
@@ -539,11 +528,9 @@ fn a_rotated_certificate_is_served_without_a_restart() {
 
 #[test]
 fn a_tls_port_with_a_bad_certificate_does_not_start() {
-    if tools().is_none() {
+    let Some((tmp, pki)) = setup() else {
         return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let pki = Pki::new(&tmp.path().join("pki"));
+    };
     let config = pki.path("web.yml");
     for (yaml, expected) in [
         (
@@ -577,14 +564,12 @@ fn a_tls_port_with_a_bad_certificate_does_not_start() {
 
 #[test]
 fn prometheus_scrapes_over_tls_with_a_client_certificate_and_basic_auth() {
-    if tools().is_none() {
-        return;
-    }
     let Some(binary) = tool("prometheus") else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let pki = Pki::new(&tmp.path().join("pki"));
+    let Some((tmp, pki)) = setup() else {
+        return;
+    };
     let dir = tmp.path().join("metrics");
     std::fs::create_dir(&dir).unwrap();
     write_counter(&dir, "1", 1234.0);
