@@ -24,7 +24,12 @@ fn replay(target: &str, run: fn(&[u8])) {
         .filter(|path| path.is_file())
         .collect();
     paths.sort();
-    assert!(paths.len() >= 5, "{}: only {} inputs", dir.display(), paths.len());
+    assert!(
+        paths.len() >= 5,
+        "{}: only {} inputs",
+        dir.display(),
+        paths.len()
+    );
     let mut failures = Vec::new();
     for path in &paths {
         let data = std::fs::read(path).expect("read corpus input");

@@ -24,8 +24,8 @@ use multiproc_exporter::key::{decode_key, MetricKey};
 use multiproc_exporter::layout::{read_used, read_value, scan_records, LayoutError, HEADER_LEN};
 use multiproc_exporter::merge::{merge_records, RawRecord};
 use multiproc_exporter::model::MetricFamily;
-use multiproc_exporter::negotiate::{choose_encoder, gzip_accepted, name_params};
 use multiproc_exporter::negotiate::without_openmetrics;
+use multiproc_exporter::negotiate::{choose_encoder, gzip_accepted, name_params};
 use multiproc_exporter::source::{Input, Reader};
 use multiproc_exporter::{transform, writer};
 
@@ -73,7 +73,10 @@ pub fn parse_file(data: &[u8]) -> Result<Vec<RawRecord>, LayoutError> {
     Ok(locations
         .iter()
         .map(|location| {
-            assert!(location.end() <= used, "record {location:?} past used={used}");
+            assert!(
+                location.end() <= used,
+                "record {location:?} past used={used}"
+            );
             let (value, timestamp) = read_value(data, location.value_offset);
             (location.key(data).to_vec(), value, timestamp)
         })
@@ -115,7 +118,10 @@ fn encode_all(families: &[MetricFamily]) -> Vec<u8> {
     for (format, escaping) in VARIANTS {
         let body = encode(families, format, escaping);
         if format == Format::OpenMetrics {
-            assert!(body.ends_with(b"# EOF\n"), "OpenMetrics output ends with # EOF");
+            assert!(
+                body.ends_with(b"# EOF\n"),
+                "OpenMetrics output ends with # EOF"
+            );
         }
         if (format, escaping) == (Format::Text, Escaping::AllowUtf8) {
             lossless = body;
@@ -149,7 +155,10 @@ pub fn file_parser(data: &[u8]) {
         files[0].0 = FileName::parse(name);
         let (families, problems) = merge_records(&files, true);
         if problems.is_empty() && !files[0].1.is_empty() {
-            assert!(!families.is_empty(), "records of {name} merged into nothing");
+            assert!(
+                !families.is_empty(),
+                "records of {name} merged into nothing"
+            );
         }
         all.extend(families);
     }
@@ -391,8 +400,11 @@ pub fn merge_structured(data: &[u8]) {
                     }
                     SampleName::Other(text) => text.get().to_owned(),
                 };
-                let labels: Vec<(&str, &str)> =
-                    record.labels.iter().map(|(n, v)| (n.get(), v.get())).collect();
+                let labels: Vec<(&str, &str)> = record
+                    .labels
+                    .iter()
+                    .map(|(n, v)| (n.get(), v.get()))
+                    .collect();
                 let help = record.help.get();
                 let key = writer::encode_key(family, &sample, &labels, help);
                 check_key_round_trip(&key, family, &sample, &labels, help);
@@ -429,7 +441,10 @@ pub fn merge_structured(data: &[u8]) {
         let names: Vec<String> = names.iter().map(|n| n.get().to_owned()).collect();
         let restricted = transform::restrict(&transformed.families, &names);
         for family in &restricted {
-            assert!(!family.samples.is_empty(), "restriction keeps no empty family");
+            assert!(
+                !family.samples.is_empty(),
+                "restriction keeps no empty family"
+            );
             for sample in &family.samples {
                 assert!(names.iter().any(|n| **n == *sample.name));
             }
@@ -440,7 +455,13 @@ pub fn merge_structured(data: &[u8]) {
 
 /// `decode_key(encode_key(parts))` gives back the parts (labels sorted by
 /// name, a repeated name keeping its last value, as Python's dict does).
-fn check_key_round_trip(key: &str, family: &str, sample: &str, labels: &[(&str, &str)], help: &str) {
+fn check_key_round_trip(
+    key: &str,
+    family: &str,
+    sample: &str,
+    labels: &[(&str, &str)],
+    help: &str,
+) {
     let decoded = decode_key(key.as_bytes());
     if family.is_empty() {
         assert!(decoded.is_err(), "an empty family name is rejected");
@@ -472,7 +493,11 @@ fn structured_config(choice: &StructuredConfig) -> Config {
             include_prefixes: texts(&choice.include),
             exclude_prefixes: texts(&choice.exclude),
         },
-        naming: if choice.ray { Naming::Ray } else { Naming::Prometheus },
+        naming: if choice.ray {
+            Naming::Ray
+        } else {
+            Naming::Prometheus
+        },
         labels: choice
             .labels
             .iter()
@@ -494,17 +519,33 @@ fn check_transformed(config: &Config, families: &[MetricFamily]) {
     if config.naming == Naming::Ray {
         let mut names = std::collections::HashSet::new();
         for family in families {
-            assert!(is_legacy_metric_name(&family.name), "ray name {:?}", family.name);
-            assert!(names.insert(family.name.clone()), "duplicate {:?}", family.name);
+            assert!(
+                is_legacy_metric_name(&family.name),
+                "ray name {:?}",
+                family.name
+            );
+            assert!(
+                names.insert(family.name.clone()),
+                "duplicate {:?}",
+                family.name
+            );
             for sample in &family.samples {
-                assert!(is_legacy_metric_name(&sample.name), "ray name {:?}", sample.name);
+                assert!(
+                    is_legacy_metric_name(&sample.name),
+                    "ray name {:?}",
+                    sample.name
+                );
             }
         }
     }
     for family in families {
         for sample in &family.samples {
             for (name, value) in &config.labels {
-                assert_eq!(sample.labels.get(name), Some(&**value), "constant label {name}");
+                assert_eq!(
+                    sample.labels.get(name),
+                    Some(&**value),
+                    "constant label {name}"
+                );
             }
         }
     }
@@ -717,7 +758,11 @@ fn compare_with_pure_merge(
         .collect();
     assert_eq!(reader_left_out, pure_left_out, "files left out");
     assert_eq!(
-        String::from_utf8_lossy(&encode(&collection.families, Format::Text, Escaping::AllowUtf8)),
+        String::from_utf8_lossy(&encode(
+            &collection.families,
+            Format::Text,
+            Escaping::AllowUtf8
+        )),
         String::from_utf8_lossy(&encode(&families, Format::Text, Escaping::AllowUtf8)),
         "reader and pure merge disagree"
     );
@@ -750,18 +795,32 @@ pub fn key_decoder(data: &[u8]) {
                 labels: labels.into_iter().collect(),
                 help,
             };
-            assert_eq!(ours.as_ref(), Ok(&expected), "decoder disagrees with serde_json");
+            assert_eq!(
+                ours.as_ref(),
+                Ok(&expected),
+                "decoder disagrees with serde_json"
+            );
         }
         (Err(_), Ok(_)) => {
-            assert!(has_surrogate_escape(data), "decoder accepts what serde_json rejects");
+            assert!(
+                has_surrogate_escape(data),
+                "decoder accepts what serde_json rejects"
+            );
         }
         (Err(_), Err(_)) => {}
     }
     if let Ok(key) = ours {
-        let labels: Vec<(&str, &str)> =
-            key.labels.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        let labels: Vec<(&str, &str)> = key
+            .labels
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
         let again = writer::encode_key(&key.family, &key.sample, &labels, &key.help);
-        assert_eq!(decode_key(again.as_bytes()), Ok(key), "re-encoded key round trip");
+        assert_eq!(
+            decode_key(again.as_bytes()),
+            Ok(key),
+            "re-encoded key round trip"
+        );
     }
 }
 
@@ -792,13 +851,19 @@ pub fn config_loader(data: &[u8]) {
     assert!(config.include_prefixes.iter().all(|p| !p.is_empty()));
     assert!(config.exclude_prefixes.iter().all(|p| !p.is_empty()));
     for (name, _) in &config.labels {
-        assert!(is_legacy_label_name(name) && !name.starts_with("__"), "label {name:?}");
+        assert!(
+            is_legacy_label_name(name) && !name.starts_with("__"),
+            "label {name:?}"
+        );
         assert!(!["le", "quantile"].contains(&&**name), "label {name:?}");
     }
     let families = sample_families();
     let transformed = transform::apply(&config, families.clone());
     check_transformed(&config, &transformed.families);
-    let kept = families.iter().filter(|f| transform::keep(&config, f)).count();
+    let kept = families
+        .iter()
+        .filter(|f| transform::keep(&config, f))
+        .count();
     assert_eq!(
         transformed.families.len() + transformed.collisions.len(),
         kept,
@@ -821,25 +886,69 @@ fn sample_families() -> Vec<MetricFamily> {
                 (
                     FileName::parse("counter_1.db"),
                     vec![
-                        (key("vllm:prompt_tokens", "vllm:prompt_tokens_total", &m), 3.0, 0.0),
+                        (
+                            key("vllm:prompt_tokens", "vllm:prompt_tokens_total", &m),
+                            3.0,
+                            0.0,
+                        ),
                         (key("lmcache:hits", "lmcache:hits_total", &[]), 1.0, 0.0),
-                        (key("vllm_prompt_tokens", "vllm_prompt_tokens_total", &[("pid", "x")]), 1.0, 0.0),
+                        (
+                            key(
+                                "vllm_prompt_tokens",
+                                "vllm_prompt_tokens_total",
+                                &[("pid", "x")],
+                            ),
+                            1.0,
+                            0.0,
+                        ),
                     ],
                 ),
                 (
                     FileName::parse("gauge_livemostrecent_1.db"),
-                    vec![(key("vllm:num_requests_running", "vllm:num_requests_running", &m), 2.0, 5.0)],
+                    vec![(
+                        key("vllm:num_requests_running", "vllm:num_requests_running", &m),
+                        2.0,
+                        5.0,
+                    )],
                 ),
                 (
                     FileName::parse("gauge_all_1.db"),
-                    vec![(key("vllm:cache_config_info", "vllm:cache_config_info", &m), 1.0, 0.0)],
+                    vec![(
+                        key("vllm:cache_config_info", "vllm:cache_config_info", &m),
+                        1.0,
+                        0.0,
+                    )],
                 ),
                 (
                     FileName::parse("histogram_1.db"),
                     vec![
-                        (key("vllm:e2e_request_latency_seconds", "vllm:e2e_request_latency_seconds_sum", &m), 0.5, 0.0),
-                        (key("vllm:e2e_request_latency_seconds", "vllm:e2e_request_latency_seconds_bucket", &bucket("0.3")), 1.0, 0.0),
-                        (key("vllm:e2e_request_latency_seconds", "vllm:e2e_request_latency_seconds_bucket", &bucket("+Inf")), 0.0, 0.0),
+                        (
+                            key(
+                                "vllm:e2e_request_latency_seconds",
+                                "vllm:e2e_request_latency_seconds_sum",
+                                &m,
+                            ),
+                            0.5,
+                            0.0,
+                        ),
+                        (
+                            key(
+                                "vllm:e2e_request_latency_seconds",
+                                "vllm:e2e_request_latency_seconds_bucket",
+                                &bucket("0.3"),
+                            ),
+                            1.0,
+                            0.0,
+                        ),
+                        (
+                            key(
+                                "vllm:e2e_request_latency_seconds",
+                                "vllm:e2e_request_latency_seconds_bucket",
+                                &bucket("+Inf"),
+                            ),
+                            0.0,
+                            0.0,
+                        ),
                     ],
                 ),
                 (
@@ -891,13 +1000,23 @@ pub fn accept_header(data: &[u8]) {
         Format::Text => assert!(content_type.starts_with("text/plain; version=")),
     }
     let utf8 = content_type.ends_with("; escaping=allow-utf-8");
-    assert_eq!(utf8, negotiated.escaping == Escaping::AllowUtf8, "{content_type}");
+    assert_eq!(
+        utf8,
+        negotiated.escaping == Escaping::AllowUtf8,
+        "{content_type}"
+    );
     if !utf8 && content_type.contains("escaping=") {
-        assert!(content_type.ends_with("; escaping=underscores"), "{content_type}");
+        assert!(
+            content_type.ends_with("; escaping=underscores"),
+            "{content_type}"
+        );
     }
     let header_value = |s: &str| s.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b));
     if accept.is_some_and(header_value) {
-        assert!(header_value(content_type), "invalid Content-Type {content_type:?}");
+        assert!(
+            header_value(content_type),
+            "invalid Content-Type {content_type:?}"
+        );
     }
 
     let without = without_openmetrics(accept);
