@@ -610,9 +610,11 @@ const MAX_SECTIONS: usize = 32;
 /// written into a real directory and read by the real [`Reader`], as `serve`
 /// does, in rounds: a section whose name was already written in the current
 /// round starts a new round, in which it overwrites the file in place (same
-/// inode, as a growing prometheus_client file), `==> -NAME` deletes `NAME`,
-/// and a new name creates a file. The same `Reader` collects after every
-/// round, so its incremental reading, plan reuse and failure cache are fuzzed.
+/// inode, as a growing prometheus_client file; shrinking it too), `==> -NAME`
+/// deletes `NAME`, and a new name creates a file; every file touched is
+/// rechecked, as `serve` does on inotify events. The same `Reader` collects
+/// after every round, so its incremental reading, file maps, plan reuse and
+/// failure cache are fuzzed.
 ///
 /// Properties: nothing panics; after every round, the reader's families (as
 /// text) and the set of files it leaves out equal those of a fresh pure merge
@@ -641,43 +643,45 @@ pub fn dir_reader(data: &[u8]) {
     let mut current = previous.clone();
     let mut in_round: Vec<String> = Vec::new();
     let mut comparable = true;
-    let mut collect = |current: &BTreeMap<String, Vec<u8>>,
-                       previous: &mut BTreeMap<String, Vec<u8>>,
-                       comparable: &mut bool| {
-        for (name, bytes) in current {
+    let mut sections = sections.into_iter().take(MAX_SECTIONS).peekable();
+    while sections.peek().is_some() {
+        // One round: sections up to the first name seen twice.
+        while let Some((name, _)) = sections.peek() {
+            let (delete, name) = match name.strip_prefix('-') {
+                Some(rest) => (true, safe_file_name(rest)),
+                None => (false, safe_file_name(name)),
+            };
+            if in_round.contains(&name) {
+                break;
+            }
+            let Some((_, bytes)) = sections.next() else {
+                break;
+            };
+            let path = dir.path().join(&name);
+            if delete {
+                let _ = std::fs::remove_file(&path);
+                current.remove(&name);
+            } else {
+                overwrite_in_place(&path, bytes);
+                current.insert(name.clone(), bytes.to_vec());
+            }
+            // As `serve` does on the inotify event of a modified file.
+            reader.recheck(&path);
+            in_round.push(name);
+        }
+        in_round.clear();
+        for (name, bytes) in &current {
             if let Some(old) = previous.get(name) {
-                *comparable &= keys_kept(old, bytes);
+                comparable &= keys_kept(old, bytes);
             }
         }
         let collection = reader.collect(&inputs);
-        if *comparable {
-            compare_with_pure_merge(dir.path(), &collection, current);
+        if comparable {
+            compare_with_pure_merge(dir.path(), &collection, &current);
         }
         encode_all(&collection.families);
-        *previous = current.clone();
-    };
-    for (name, bytes) in sections.into_iter().take(MAX_SECTIONS) {
-        let (delete, name) = match name.strip_prefix('-') {
-            Some(rest) => (true, safe_file_name(rest)),
-            None => (false, safe_file_name(&name)),
-        };
-        if in_round.contains(&name) {
-            collect(&current, &mut previous, &mut comparable);
-            in_round.clear();
-        }
-        in_round.push(name.clone());
-        let path = dir.path().join(&name);
-        if delete {
-            let _ = std::fs::remove_file(&path);
-            current.remove(&name);
-            // The reader forgets a file once it is gone.
-            previous.remove(&name);
-        } else {
-            overwrite_in_place(&path, bytes);
-            current.insert(name, bytes.to_vec());
-        }
+        previous = current.clone();
     }
-    collect(&current, &mut previous, &mut comparable);
 }
 
 /// A name that can be created in a directory: no `/` or NUL, not `.`/`..`,
@@ -710,22 +714,28 @@ fn overwrite_in_place(path: &Path, bytes: &[u8]) {
     file.set_len(bytes.len() as u64).expect("resize fuzz file");
 }
 
-/// Whether `new` keeps every record key `old` had (same record boundaries
-/// and key bytes below `old`'s `used`; values may differ), which is what the
-/// reader assumes of a file it has read before.
+/// Whether the reader, having read `old` at its last collection, must find
+/// in `new` what a fresh parse finds: the record keys and lengths below the
+/// smaller of the two `used` are unchanged (values may change: they are
+/// re-read every time; keys never do in prometheus_client's files). What the
+/// reader keeps of a file is a parsed prefix of an earlier version, and it
+/// parses afresh when `used` falls below that prefix, so checking each pair
+/// of consecutive versions up to the smaller `used` covers every key it
+/// keeps (and is stricter than needed otherwise).
 fn keys_kept(old: &[u8], new: &[u8]) -> bool {
-    let Ok(Some(old_used)) = read_used(old, old.len()) else {
-        return true; // nothing cached from `old`
+    let (Ok(Some(old_used)), Ok(Some(new_used))) =
+        (read_used(old, old.len()), read_used(new, new.len()))
+    else {
+        return true; // nothing cached from `old`, or `new` is parsed afresh
     };
-    if new.len() < old_used {
-        return false;
-    }
+    let upto = old_used.min(new_used);
     let mut locations = Vec::new();
     let _ = scan_records(old, HEADER_LEN, old_used, &mut locations);
-    let mut kept = old[HEADER_LEN..old_used].to_vec();
-    let mut renewed = new[HEADER_LEN..old_used].to_vec();
+    let mut kept = old[HEADER_LEN..upto].to_vec();
+    let mut renewed = new[HEADER_LEN..upto].to_vec();
     for location in &locations {
-        let slot = location.value_offset - HEADER_LEN..location.end() - HEADER_LEN;
+        let slot =
+            location.value_offset.min(upto) - HEADER_LEN..location.end().min(upto) - HEADER_LEN;
         kept[slot.clone()].fill(0);
         renewed[slot].fill(0);
     }
