@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use arbitrary::{Arbitrary, Unstructured};
+use multiproc_exporter::combine::{combine, ConflictReason, Part};
 use multiproc_exporter::config::{Config, ConfigFile, FilterSection, Naming};
 use multiproc_exporter::encode::{encode, is_legacy_label_name, is_legacy_metric_name};
 use multiproc_exporter::encode::{Escaping, Format};
@@ -23,7 +24,7 @@ use multiproc_exporter::file_name::{is_listed_name, FileName};
 use multiproc_exporter::key::{decode_key, MetricKey};
 use multiproc_exporter::layout::{read_used, read_value, scan_records, LayoutError, HEADER_LEN};
 use multiproc_exporter::merge::{merge_records, RawRecord};
-use multiproc_exporter::model::MetricFamily;
+use multiproc_exporter::model::{MetricFamily, MetricType};
 use multiproc_exporter::negotiate::without_openmetrics;
 use multiproc_exporter::negotiate::{choose_encoder, gzip_accepted, name_params};
 use multiproc_exporter::source::{Input, Reader};
@@ -375,7 +376,8 @@ struct StructuredInput {
 /// are built from chosen words or any strings, written with the writer's
 /// encoder ([`writer::encode_key`], [`writer::file_bytes`]), so every input
 /// gets past the layout and JSON checks and exercises the merge, the
-/// configuration transform, `name[]` restriction and the encoders.
+/// configuration transform, `name[]` restriction, the combination of
+/// subdirectories ([`check_combined`]) and the encoders.
 ///
 /// Properties: nothing panics; every key the writer encodes decodes to the
 /// same family, sample, labels (sorted, last value of a repeated name) and
@@ -431,6 +433,7 @@ pub fn merge_structured(data: &[u8]) {
 
     let (families, _left_out) = merge_files(&files);
     encode_all(&families);
+    check_combined(&files);
 
     let config = structured_config(&input.config);
     let transformed = transform::apply(&config, families);
@@ -451,6 +454,60 @@ pub fn merge_structured(data: &[u8]) {
         }
         encode_all(&restricted);
     }
+}
+
+/// The DaemonSet path (`--dir.subdirectories-label`): the files split into
+/// two subdirectories (alternately), each merged on its own, then combined
+/// with `pod="a"`/`pod="b"`. Every sample carries its part's label, and no
+/// sample is lost except those of a family whose type disagrees with an
+/// earlier part's (each such family reported as a conflict).
+fn check_combined(files: &[(String, Vec<u8>)]) {
+    let label: std::sync::Arc<str> = "pod".into();
+    let mut parts = Vec::new();
+    let mut expected_samples = 0;
+    for (index, value) in ["a", "b"].into_iter().enumerate() {
+        let part_files: Vec<(String, Vec<u8>)> =
+            files.iter().skip(index).step_by(2).cloned().collect();
+        let (families, _) = merge_files(&part_files);
+        expected_samples += families.iter().map(|f| f.samples.len()).sum::<usize>();
+        parts.push(Part {
+            value: value.into(),
+            families,
+        });
+    }
+    let first_types: BTreeMap<String, MetricType> = parts[0]
+        .families
+        .iter()
+        .map(|f| (f.name.to_string(), f.metric_type))
+        .collect();
+    let mismatched: Vec<usize> = parts[1]
+        .families
+        .iter()
+        .filter(|f| {
+            first_types
+                .get(&*f.name)
+                .is_some_and(|t| *t != f.metric_type)
+        })
+        .map(|f| f.samples.len())
+        .collect();
+    let combined = combine(&label, parts);
+    let mut samples = 0;
+    for family in &combined.families {
+        for sample in &family.samples {
+            let value = sample.labels.get("pod");
+            assert!(matches!(value, Some("a" | "b")), "pod label {value:?}");
+            samples += 1;
+        }
+    }
+    let type_conflicts = combined
+        .conflicts
+        .iter()
+        .filter(|c| c.reason == ConflictReason::TypeMismatch)
+        .count();
+    let lost: usize = mismatched.iter().sum();
+    assert_eq!(samples, expected_samples - lost, "samples kept");
+    assert_eq!(type_conflicts, mismatched.len(), "type conflicts reported");
+    encode_all(&combined.families);
 }
 
 /// `decode_key(encode_key(parts))` gives back the parts (labels sorted by
