@@ -23,7 +23,7 @@ use multiproc_exporter::encode::{Escaping, Format};
 use multiproc_exporter::file_name::{is_listed_name, FileName};
 use multiproc_exporter::key::{decode_key, MetricKey};
 use multiproc_exporter::layout::{read_used, read_value, scan_records, LayoutError, HEADER_LEN};
-use multiproc_exporter::merge::{merge_records, RawRecord};
+use multiproc_exporter::merge::{merge_records, plan, KeyId, KeyStore, PlanInput, RawRecord};
 use multiproc_exporter::model::{MetricFamily, MetricType};
 use multiproc_exporter::negotiate::without_openmetrics;
 use multiproc_exporter::negotiate::{choose_encoder, gzip_accepted, name_params};
@@ -137,7 +137,8 @@ fn encode_all(families: &[MetricFamily]) -> Vec<u8> {
 
 /// Target `file_parser`: the bytes are one `.db` file. It is parsed as the
 /// reader parses it (also in two scans split at a record boundary, as an
-/// incremental read does), merged under every name of [`FILE_NAMES`] (and
+/// incremental read does), its keys decoded once into a [`KeyStore`], its
+/// records planned and evaluated under every name of [`FILE_NAMES`] (and
 /// as a histogram without accumulation), transformed with a non-trivial configuration
 /// and encoded in all four variants.
 ///
@@ -149,24 +150,48 @@ pub fn file_parser(data: &[u8]) {
     check_incremental_scan(data);
     let Ok(records) = records else { return };
 
-    let config = sample_config();
+    // Keys decoded once into one store, as the reader keeps them; the
+    // records then planned and evaluated under every file name.
+    let mut store = KeyStore::new();
+    let keys: Result<Vec<KeyId>, _> = records.iter().map(|(key, ..)| store.intern(key)).collect();
+    let Ok(keys) = keys else { return };
+    let values: Vec<(f64, f64)> = records.iter().map(|&(_, v, t)| (v, t)).collect();
     let mut all = Vec::new();
-    let mut files = [(FileName::parse(""), records)];
     for name in FILE_NAMES {
-        files[0].0 = FileName::parse(name);
-        let (families, problems) = merge_records(&files, true);
-        if problems.is_empty() && !files[0].1.is_empty() {
+        let name = FileName::parse(name);
+        let planned = plan(
+            &mut store,
+            &[PlanInput {
+                name: &name,
+                keys: &keys,
+            }],
+            true,
+        );
+        let families = planned
+            .plan
+            .evaluate(|_| values.as_slice())
+            .expect("values match the plan");
+        if planned.excluded.is_empty() && !keys.is_empty() {
             assert!(
                 !families.is_empty(),
-                "records of {name} merged into nothing"
+                "records of {name:?} merged into nothing"
             );
         }
         all.extend(families);
     }
     // Without accumulation (a library mode `dump` does not use): raw buckets.
-    files[0].0 = FileName::parse("histogram_1.db");
-    let _ = merge_records(&files, false);
+    let name = FileName::parse("histogram_1.db");
+    let planned = plan(
+        &mut store,
+        &[PlanInput {
+            name: &name,
+            keys: &keys,
+        }],
+        false,
+    );
+    let _ = planned.plan.evaluate(|_| values.as_slice());
     encode_all(&all);
+    let config = sample_config();
     let transformed = transform::apply(&config, all);
     check_transformed(&config, &transformed.families);
     encode_all(&transformed.families);
