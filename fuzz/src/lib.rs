@@ -688,7 +688,8 @@ pub fn join_files(files: &[(&str, &[u8])]) -> Vec<u8> {
 /// At most this many sections are used (more are ignored).
 const MAX_SECTIONS: usize = 32;
 
-/// Target `dir_reader`: the bytes are a multi-file input ([`split_files`])
+/// Target `dir_reader`: the bytes are a multi-file input ([`split_files`];
+/// a section named `NAME SIZE` cuts or zero-pads the file to `SIZE` bytes)
 /// written into a real directory and read by the real [`Reader`], as `serve`
 /// does, in rounds: a section whose name was already written in the current
 /// round starts a new round, in which it overwrites the file in place (same
@@ -730,9 +731,10 @@ pub fn dir_reader(data: &[u8]) {
         // One round: sections up to the first name seen twice.
         while let Some((name, _)) = sections.peek() {
             let (delete, name) = match name.strip_prefix('-') {
-                Some(rest) => (true, safe_file_name(rest)),
-                None => (false, safe_file_name(name)),
+                Some(rest) => (true, rest),
+                None => (false, name.as_str()),
             };
+            let (name, size) = file_name_and_size(name);
             if in_round.contains(&name) {
                 break;
             }
@@ -744,8 +746,12 @@ pub fn dir_reader(data: &[u8]) {
                 let _ = std::fs::remove_file(&path);
                 current.remove(&name);
             } else {
-                overwrite_in_place(&path, bytes);
-                current.insert(name.clone(), bytes.to_vec());
+                let mut bytes = bytes.to_vec();
+                if let Some(size) = size {
+                    bytes.resize(size, 0);
+                }
+                overwrite_in_place(&path, &bytes);
+                current.insert(name.clone(), bytes);
             }
             // As `serve` does on the inotify event of a modified file.
             reader.recheck(&path);
@@ -764,6 +770,23 @@ pub fn dir_reader(data: &[u8]) {
         encode_all(&collection.families);
         previous = current.clone();
     }
+}
+
+/// Largest size a section may give its file (prometheus_client's files are
+/// 64 KiB, doubled as needed).
+const MAX_FILE_SIZE: usize = 1 << 20;
+
+/// Splits a section name `NAME [SIZE]` into a name that can be created
+/// ([`safe_file_name`]) and the size the file is cut or zero-padded to, if
+/// given (a prometheus_client file is 64 KiB of which only `used` bytes
+/// matter; seeds keep the bytes up to `used` and say `65536`).
+fn file_name_and_size(section_name: &str) -> (String, Option<usize>) {
+    if let Some((name, size)) = section_name.rsplit_once(' ') {
+        if let Ok(size) = size.parse::<usize>() {
+            return (safe_file_name(name), Some(size.min(MAX_FILE_SIZE)));
+        }
+    }
+    (safe_file_name(section_name), None)
 }
 
 /// A name that can be created in a directory: no `/` or NUL, not `.`/`..`,
