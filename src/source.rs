@@ -310,15 +310,15 @@ impl Reader {
                 Some(self.refresh(&listed.path, &mut stats))
             });
         }
-        self.load_pending_values(&mut stats);
-        for (listed, outcome) in paths.iter().zip(outcomes.iter_mut()) {
-            if outcome.is_none() {
-                let loaded = self
-                    .files
-                    .get(listed.path.as_os_str())
-                    .is_some_and(|c| c.map.is_some());
-                if !loaded {
-                    // The file shrank under its map: read it from the file.
+        if self.load_pending_values(&mut stats) {
+            // Some file shrank under its map: read those from the file.
+            for (listed, outcome) in paths.iter().zip(outcomes.iter_mut()) {
+                let unloaded = outcome.is_none()
+                    && self
+                        .files
+                        .get(listed.path.as_os_str())
+                        .is_none_or(|c| c.map.is_none());
+                if unloaded {
                     *outcome = Some(self.refresh(&listed.path, &mut stats));
                 }
             }
@@ -453,8 +453,9 @@ impl Reader {
     /// their maps. The loads are memory-bound (each value sits on its own
     /// cache line), so a large directory is split between two threads, which
     /// halves the wait when a second core is free. A file whose map faults
-    /// (it shrank) loses its map; the caller reads it from the file.
-    fn load_pending_values(&mut self, stats: &mut CollectStats) {
+    /// (it shrank) loses its map; the caller reads it from the file. Returns
+    /// whether that happened to any file.
+    fn load_pending_values(&mut self, stats: &mut CollectStats) -> bool {
         let mut pending: Vec<&mut CachedFile> = self
             .files
             .values_mut()
@@ -500,6 +501,7 @@ impl Reader {
         } else {
             load_values(&mut pending);
         }
+        pending.iter().any(|c| c.map.is_none())
     }
 
     /// Brings the cached state of `path` up to date; `Err` if it must be left out.
