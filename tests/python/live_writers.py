@@ -1,4 +1,4 @@
-"""Live writers for tests/live_writers.rs: real processes writing prometheus_client 0.26.0 metrics in multiprocess mode
+"""Live writers for tests/it/live_writers.rs: real processes writing prometheus_client 0.26.0 metrics in multiprocess mode
 at a high rate, starting and exiting, while the exporter is scraped.
 
     live_writers.py DIR --seconds 60 --processes 4 --lifetime 2:8 --rate 20000 --seed 1

@@ -1,6 +1,6 @@
 """Python's exposition for named, ordered lists of files: what prometheus_client 0.26.0's
 ``MultiProcessCollector.merge`` + ``generate_latest`` (text and OpenMetrics, both escapings) print for exactly those
-files in exactly that order. Used by the fault-catalogue tests (tests/faults.rs) as the expected output for the good
+files in exactly that order. Used by the fault-catalogue tests (tests/it/faults.rs) as the expected output for the good
 files of a directory that also holds bad ones.
 
     merge_files.py OUT SPEC.json

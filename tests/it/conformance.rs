@@ -10,7 +10,7 @@
 //! the output of the remaining files (which is what `expected.*` holds there). With the Python venv, a second test
 //! checks that `gen_fixtures.py --check` reproduces the committed fixtures exactly.
 
-mod common;
+use crate::support;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -20,7 +20,7 @@ const FORMATS: [&str; 2] = ["text", "openmetrics"];
 const ESCAPINGS: [&str; 2] = ["underscores", "allow-utf-8"];
 
 fn fixtures_dir() -> PathBuf {
-    common::repo_root().join("tests").join("fixtures")
+    support::repo_root().join("tests").join("fixtures")
 }
 
 fn case_dirs() -> Vec<PathBuf> {
@@ -61,7 +61,7 @@ fn check_case(dir: &Path, empty_dir: &Path) -> Vec<String> {
                     continue;
                 }
             };
-            let out = Command::new(common::exporter_bin())
+            let out = Command::new(support::exporter_bin())
                 .args(["dump", "--format", format, "--escaping", escaping])
                 .args(&paths)
                 .output()
@@ -78,7 +78,7 @@ fn check_case(dir: &Path, empty_dir: &Path) -> Vec<String> {
             if out.stdout != expected {
                 failures.push(format!(
                     "{label}: output differs\n{}{}",
-                    common::diff(&expected, &out.stdout),
+                    support::diff(&expected, &out.stdout),
                     if out.stderr.is_empty() {
                         String::new()
                     } else {
@@ -142,7 +142,7 @@ fn fixtures_match_python_byte_for_byte() {
 /// in-process writer simulation that the Python tooling relies on writes the same bytes as forked processes.
 #[test]
 fn fixtures_are_reproducible_with_python() {
-    let Some(python) = common::require_python() else {
+    let Some(python) = support::python() else {
         return;
     };
     for (script, arg) in [
@@ -150,7 +150,7 @@ fn fixtures_are_reproducible_with_python() {
         ("gen_fixtures.py", "--check"),
     ] {
         let out = Command::new(&python)
-            .arg(common::python_script(script))
+            .arg(support::python_script(script))
             .arg(arg)
             .output()
             .expect("running Python");

@@ -4,18 +4,18 @@
 //! random seed, printed), scenario count from `MPE_DIFF_COUNT` (default 500); `MPE_DIFF_WORKDIR` keeps the
 //! scenario directories there (failing scenarios are always kept and their location printed).
 
-mod common;
+use crate::support;
 
 use std::process::Command;
 
 #[test]
 fn exporter_matches_python_on_random_scenarios() {
-    let Some(python) = common::require_python() else {
+    let Some(python) = support::python() else {
         return;
     };
     let seed: u64 = match std::env::var("MPE_DIFF_SEED") {
         Ok(s) if !s.is_empty() => s.parse().expect("MPE_DIFF_SEED must be an integer"),
-        _ => common::random_seed(),
+        _ => support::random_seed(),
     };
     let count: u64 = match std::env::var("MPE_DIFF_COUNT") {
         Ok(s) if !s.is_empty() => s.parse().expect("MPE_DIFF_COUNT must be an integer"),
@@ -23,9 +23,9 @@ fn exporter_matches_python_on_random_scenarios() {
     };
     eprintln!("differential: seed {seed}, {count} scenarios (reproduce with MPE_DIFF_SEED={seed})");
     let mut cmd = Command::new(&python);
-    cmd.arg(common::python_script("differential.py"))
+    cmd.arg(support::python_script("differential.py"))
         .arg("--binary")
-        .arg(common::exporter_bin())
+        .arg(support::exporter_bin())
         .args(["--seed", &seed.to_string(), "--count", &count.to_string()]);
     if let Some(dir) = std::env::var_os("MPE_DIFF_WORKDIR").filter(|d| !d.is_empty()) {
         cmd.arg("--workdir").arg(dir);

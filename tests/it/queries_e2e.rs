@@ -31,8 +31,8 @@
 //!   engine (never for Llama) under every naming, skipped files for the Qwen
 //!   exporters, and the missing directory, failed reload and down exporter.
 
-mod monitoring;
-mod support;
+use crate::support::monitoring;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::io::{BufRead as _, BufReader};
@@ -40,12 +40,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use monitoring::{
+use crate::support::monitoring::{
     dashboards, eventually, panel_queries, read_rules, rule_files, substitute, variables,
     Prometheus,
 };
 use serde_json::Value as Json;
-use support::{python, repo_root, Exporter};
+use crate::support::{python, repo_root, Exporter};
 
 const LLAMA: &str = "meta-llama/Llama-3.1-8B-Instruct";
 const QWEN: &str = "Qwen/Qwen2.5-7B-Instruct";

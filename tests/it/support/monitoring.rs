@@ -7,6 +7,8 @@
 //! `rules_and_dashboards`, `tls`).
 #![allow(dead_code)]
 
+pub(crate) use super::eventually;
+
 use std::io::Write as _;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -355,19 +357,3 @@ impl Prometheus {
     }
 }
 
-/// Polls `f` every 250 ms until it returns `Ok`; panics with the last error
-/// after `timeout`.
-pub(crate) fn eventually<T>(
-    what: &str,
-    timeout: Duration,
-    mut f: impl FnMut() -> Result<T, String>,
-) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        match f() {
-            Ok(v) => return v,
-            Err(e) if Instant::now() >= deadline => panic!("timed out waiting for {what}:\n{e}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(250)),
-        }
-    }
-}

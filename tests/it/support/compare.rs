@@ -1,48 +1,10 @@
-//! Helpers shared by the integration tests that compare the exporter with Python's prometheus_client:
-//! locating the Python venv (see `scripts/setup-python-venv`), the exporter binary, the repository root,
-//! and a readable line diff for byte-exact comparisons.
-#![allow(dead_code)]
+//! Comparing the exporter with Python's prometheus_client byte for byte: the
+//! scripts under `tests/python/`, a readable line diff, and fresh seeds for
+//! the randomised comparisons.
 
-use std::env;
 use std::path::PathBuf;
 
-/// The repository root (where `Cargo.toml` is).
-pub(crate) fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The Python interpreter with the pinned prometheus_client: `$MPE_PYTHON`, else `target/venv/bin/python`
-/// if it exists.
-pub(crate) fn python() -> Option<PathBuf> {
-    if let Some(p) = env::var_os("MPE_PYTHON").filter(|p| !p.is_empty()) {
-        return Some(PathBuf::from(p));
-    }
-    let venv = repo_root()
-        .join("target")
-        .join("venv")
-        .join("bin")
-        .join("python");
-    venv.exists().then_some(venv)
-}
-
-/// Like [`python`], but panics when there is none and `CI=true`; otherwise prints a skip notice.
-pub(crate) fn require_python() -> Option<PathBuf> {
-    match python() {
-        Some(p) => Some(p),
-        None if env::var("CI").as_deref() == Ok("true") => {
-            panic!("no Python venv in CI: run scripts/setup-python-venv (or set MPE_PYTHON)")
-        }
-        None => {
-            eprintln!("skipping: no Python venv (run scripts/test)");
-            None
-        }
-    }
-}
-
-/// The exporter binary built by cargo for this test run.
-pub(crate) fn exporter_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_multiproc-exporter"))
-}
+use super::repo_root;
 
 /// A script under `tests/python/`.
 pub(crate) fn python_script(name: &str) -> PathBuf {

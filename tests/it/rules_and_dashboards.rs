@@ -9,14 +9,14 @@
 //!
 //! `tests/queries_e2e.rs` runs every query against a real Prometheus.
 
-mod monitoring;
-mod support;
+use crate::support::monitoring;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use monitoring::{
+use crate::support::monitoring::{
     dashboards, files_ending, grafana_dir, panel_queries, panels, read_rules, read_yaml,
     rule_files, rules_dir, variable, variables,
 };

@@ -5,14 +5,12 @@
 //! both, and queries through Prometheus's HTTP API return the exact numbers the
 //! writers produced, including the p95 of a histogram via `histogram_quantile`.
 
-mod monitoring;
-mod support;
 
 use std::process::Command;
 use std::time::Duration;
 
-use monitoring::{eventually, Prometheus};
-use support::{get, python, repo_root, tool, Exporter};
+use crate::support::monitoring::{eventually, Prometheus};
+use crate::support::{get, python, repo_root, tool, Exporter};
 
 /// prometheus.yml scraping each `(job, exporter base URL)` every second.
 fn scrape_config(targets: &[(&str, &str)]) -> String {

@@ -20,14 +20,14 @@
 //! (default 20000) the operations per second of each. The long variant:
 //! `MPE_LIVE_SECONDS=600 cargo test --test live_writers -- --nocapture`.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::io::Read as _;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{
+use crate::support::{
     merged_part, python, python_expositions, repo_root, skipped_by_reason, Exporter, Launch,
     ACCEPT_OPENMETRICS,
 };

@@ -4,15 +4,14 @@
 //! Prometheus server scraping over TLS with a client certificate and basic
 //! authentication. The web configuration files are exporter-toolkit's format.
 
-mod monitoring;
-mod support;
-mod web_support;
+use crate::support;
+use crate::support::web as web_support;
 
 use std::path::Path;
 
-use monitoring::Prometheus;
-use support::{assert_sample, python, tool, wait_for, write_counter, Exporter};
-use web_support::{assert_web_config_rejected, bcrypt_hash, curl, ureq_get, Pki, PYTHON_CLIENT};
+use crate::support::monitoring::Prometheus;
+use crate::support::{assert_sample, python, tool, wait_for, write_counter, Exporter};
+use crate::support::web::{assert_web_config_rejected, bcrypt_hash, curl, ureq_get, Pki, PYTHON_CLIENT};
 
 /// A temporary directory with a fresh [`Pki`] in its `pki/`; `None` skips
 /// when `openssl` or `curl` is missing (outside CI).

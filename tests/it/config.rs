@@ -3,11 +3,10 @@
 //! start-up, and reloading (on change and on SIGHUP; a bad file keeps the
 //! previous configuration).
 
-mod support;
 
 use std::path::Path;
 
-use support::{copy_dir, dump, repo_root, run_exporter, wait_for, Exporter};
+use crate::support::{copy_dir, dump, repo_root, run_exporter, wait_for, Exporter};
 
 /// A directory with vLLM-style families (counter, gauges, histogram).
 fn vllm_dir(root: &Path) -> String {

@@ -5,9 +5,7 @@
 //! The harnesses are `fuzz/src/lib.rs`, included here as a module: the same
 //! code the `cargo fuzz` targets call, with the same properties checked.
 
-#[allow(dead_code, unreachable_pub)]
-#[path = "../fuzz/src/lib.rs"]
-mod harness;
+use crate::support::fuzz_harness as harness;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;

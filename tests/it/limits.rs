@@ -7,18 +7,16 @@
 //! idle connections open is prompt. Every closure is counted in the exporter's
 //! own metrics.
 
-mod support;
+use crate::support;
 
-#[allow(dead_code, unreachable_pub)]
-#[path = "../benches/support/fixture.rs"]
-mod fixture;
+use crate::support::fixture;
 
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use support::{
+use crate::support::{
     assert_sample, get, key, python, run_python, sample_value, write_db, Exporter, TIMEOUT,
 };
 

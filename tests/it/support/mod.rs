@@ -1,10 +1,31 @@
-//! Helpers for the tests that run the real exporter binary over HTTP: starting
-//! and stopping it on an ephemeral port (directly or through a wrapper such as
-//! `setpriv`), an HTTP client, polling with a timeout, writing `.db` files in
-//! prometheus_client's layout, finding the Python venv, computing
-//! prometheus_client's exposition for a list of files, and taking a scrape
-//! body apart (merged families, self-metrics).
+//! The one support tree of the integration tests: starting and stopping the
+//! real exporter binary on an ephemeral port (directly or through a wrapper
+//! such as `setpriv`), an HTTP client, polling with a timeout, writing `.db`
+//! files in prometheus_client's layout, finding the Python venv and the
+//! command-line tools, computing prometheus_client's exposition for a list of
+//! files, and taking a scrape body apart (merged families, self-metrics).
+//!
+//! Submodules: [`compare`] (byte-for-byte comparison with Python),
+//! [`monitoring`] (rules, dashboards and a real Prometheus), [`web`] (TLS
+//! certificates, web configs and real TLS clients), and the code shared with
+//! the benches ([`fixture`]) and the fuzz targets ([`fuzz_harness`]).
 #![allow(dead_code)]
+
+pub(crate) mod compare;
+pub(crate) mod monitoring;
+pub(crate) mod web;
+
+/// The vLLM-like fixture directories of the benchmarks (`benches/support/fixture.rs`).
+#[allow(dead_code, unreachable_pub)]
+#[path = "../../../benches/support/fixture.rs"]
+pub(crate) mod fixture;
+
+/// The fuzz harnesses (`fuzz/src/lib.rs`): the code the `cargo fuzz` targets call.
+#[allow(dead_code, unreachable_pub)]
+#[path = "../../../fuzz/src/lib.rs"]
+pub(crate) mod fuzz_harness;
+
+pub(crate) use compare::{diff, python_script, random_seed};
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -31,15 +52,36 @@ pub(crate) fn repo_root() -> PathBuf {
 /// Polls `f` every 20 ms until it returns `Some`, or panics after [`TIMEOUT`]
 /// with `what`.
 pub(crate) fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + TIMEOUT;
+    poll(what, TIMEOUT, Duration::from_millis(20), || {
+        f().ok_or_else(String::new)
+    })
+}
+
+/// Polls `f` every 250 ms until it returns `Ok`, or panics after `timeout`
+/// with `what` and the last error (for conditions that are slow to change,
+/// such as a Prometheus query).
+pub(crate) fn eventually<T>(
+    what: &str,
+    timeout: Duration,
+    f: impl FnMut() -> Result<T, String>,
+) -> T {
+    poll(what, timeout, Duration::from_millis(250), f)
+}
+
+/// The one polling loop behind [`wait_for`] and [`eventually`].
+fn poll<T>(
+    what: &str,
+    timeout: Duration,
+    interval: Duration,
+    mut f: impl FnMut() -> Result<T, String>,
+) -> T {
+    let deadline = Instant::now() + timeout;
     loop {
-        if let Some(v) = f() {
-            return v;
+        match f() {
+            Ok(v) => return v,
+            Err(e) if Instant::now() >= deadline => panic!("timed out waiting for {what}\n{e}"),
+            Err(_) => std::thread::sleep(interval),
         }
-        if Instant::now() > deadline {
-            panic!("timed out waiting for {what}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

@@ -4,11 +4,10 @@
 //! change applies without a restart; an invalid new file keeps the previous
 //! configuration and is logged and counted). TLS is in `tests/tls.rs`.
 
-mod support;
-mod web_support;
+use crate::support::web as web_support;
 
-use support::{get, run_exporter, sample_value, tool, wait_for, Exporter};
-use web_support::{assert_web_config_rejected, bcrypt_hash, write_atomically};
+use crate::support::{get, run_exporter, sample_value, tool, wait_for, Exporter};
+use crate::support::web::{assert_web_config_rejected, bcrypt_hash, write_atomically};
 
 fn basic(user: &str, password: &str) -> String {
     use base64::Engine as _;

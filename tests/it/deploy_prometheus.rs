@@ -7,14 +7,12 @@
 //! relabelling, its metric relabelling of `vllm_pod` into `namespace` and
 //! `pod` — runs exactly as written in the file.
 
-mod monitoring;
-mod support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use monitoring::{eventually, free_port, Prometheus};
-use support::{python, repo_root, run_python, tool, Exporter};
+use crate::support::monitoring::{eventually, free_port, Prometheus};
+use crate::support::{python, repo_root, run_python, tool, Exporter};
 
 /// vLLM's API server writing a counter and a `mostrecent` gauge.
 const WRITER: &str = r#"

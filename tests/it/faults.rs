@@ -23,7 +23,7 @@
 //! Environment: `MPE_FAULTS_RACE_SECONDS` (default 3) sets how long each race
 //! runs; `MPE_FAULTS_FILES` (default 100000) the size of the many-files case.
 
-mod support;
+use crate::support;
 
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::{symlink, FileExt as _, PermissionsExt as _};
@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use multiproc_exporter::writer::{self, GaugeMode, ProcessWriter};
-use support::{
+use crate::support::{
     family_blocks, get_within, listing_order, merged_part, python, python_expositions,
     sample_value, skipped_by_reason, unprivileged_launch, Exporter, Exposition, Launch,
     ACCEPT_OPENMETRICS,

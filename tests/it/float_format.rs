@@ -4,7 +4,7 @@
 //! seed (or `MPE_FLOAT_SEED`; count `MPE_FLOAT_COUNT`), all compared, reporting the number of mismatches and the
 //! first 20.
 
-mod common;
+use crate::support;
 
 use std::fs;
 use std::io::{BufRead, BufReader};
@@ -37,7 +37,7 @@ fn report(what: &str, total: usize, mismatches: &[String], count: usize) {
 
 #[test]
 fn committed_table_matches_python() {
-    let path = common::repo_root()
+    let path = support::repo_root()
         .join("tests")
         .join("data")
         .join("float_cases.txt");
@@ -58,13 +58,13 @@ fn committed_table_matches_python() {
 
 #[test]
 fn fresh_python_cases_match() {
-    let Some(python) = common::require_python() else {
+    let Some(python) = support::python() else {
         return;
     };
     let seed: u64 = std::env::var("MPE_FLOAT_SEED")
         .ok()
         .map(|s| s.parse().expect("MPE_FLOAT_SEED"))
-        .unwrap_or_else(common::random_seed);
+        .unwrap_or_else(support::random_seed);
     let want: usize = std::env::var("MPE_FLOAT_COUNT")
         .ok()
         .map(|s| s.parse().expect("MPE_FLOAT_COUNT"))
@@ -73,7 +73,7 @@ fn fresh_python_cases_match() {
         "float_cases.py --seed {seed} --count {want} (set MPE_FLOAT_SEED={seed} to reproduce)"
     );
     let mut child = Command::new(&python)
-        .arg(common::python_script("float_cases.py"))
+        .arg(support::python_script("float_cases.py"))
         .args(["--seed", &seed.to_string(), "--count", &want.to_string()])
         .stdout(Stdio::piped())
         .spawn()

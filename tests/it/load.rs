@@ -17,11 +17,9 @@
 //! number of scrapers, so that none is refused by design (the default limit,
 //! 40, would answer the excess with 503).
 
-mod support;
+use crate::support;
 
-#[allow(dead_code, unreachable_pub)]
-#[path = "../benches/support/fixture.rs"]
-mod fixture;
+use crate::support::fixture;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

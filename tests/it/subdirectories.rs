@@ -4,11 +4,10 @@
 //! prometheus_client's own `MultiProcessCollector` gives for each subdirectory,
 //! combined by a few lines of Python and encoded by `generate_latest`.
 
-mod support;
 
 use std::path::Path;
 
-use support::{dump, python, run_exporter, run_python, wait_for, Exporter};
+use crate::support::{dump, python, run_exporter, run_python, wait_for, Exporter};
 
 /// One application process: vLLM-like metrics of every merge rule. `argv[1]`
 /// scales the values so that processes and pods differ.

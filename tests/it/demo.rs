@@ -2,13 +2,12 @@
 //! writes to exactly the exporter's output, and `multiproc-exporter demo`
 //! serves them over HTTP.
 
-mod support;
 
 use std::net::TcpListener;
 use std::process::{Command, Stdio};
 
 use multiproc_exporter::demo::{Demo, DemoConfig};
-use support::{dump, get, python, run_python, wait_for};
+use crate::support::{dump, get, python, run_python, wait_for};
 
 const PYTHON_MERGE: &str = r#"
 import sys

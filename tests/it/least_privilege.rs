@@ -15,14 +15,14 @@
 //!   prometheus_client prints it, nothing is skipped and nothing is logged as
 //!   a warning or an error.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::{symlink, MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 
 use multiproc_exporter::writer::{GaugeMode, ProcessWriter};
-use support::{
+use crate::support::{
     is_root, merged_part, python, python_expositions, skipped_by_reason, unprivileged_launch,
     Exporter, ACCEPT_OPENMETRICS,
 };

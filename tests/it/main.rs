@@ -1,0 +1,35 @@
+//! The integration tests: one test binary (ripgrep's `autotests = false`
+//! pattern) with one support tree (`support/`), grouped by area. Run one area
+//! with `cargo test --test it AREA::` (for example `cargo test --test it faults::`).
+
+mod support;
+
+// Exactness: the same bytes as prometheus_client 0.26.0.
+mod conformance;
+mod differential;
+mod float_format;
+
+// Bad input, faults and reading.
+mod bad_input;
+mod faults;
+mod fuzz_corpus;
+mod least_privilege;
+mod live_writers;
+mod reader;
+mod robustness;
+
+// The server: HTTP, configuration, web config, limits, load.
+mod config;
+mod http;
+mod limits;
+mod load;
+mod subdirectories;
+mod tls;
+mod web_config;
+
+// The demo, deployment, rules and dashboards with a real Prometheus.
+mod demo;
+mod deploy_prometheus;
+mod prometheus_e2e;
+mod queries_e2e;
+mod rules_and_dashboards;
