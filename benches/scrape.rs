@@ -30,9 +30,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
-use multiproc_exporter::encode::{encode, Escaping, Format};
+use multiproc_exporter::expose::encode::{encode, Escaping, Format};
+use multiproc_exporter::format::writer::{FileKind, MetricsFile};
 use multiproc_exporter::source::{Collection, Input, Reader};
-use multiproc_exporter::writer::{FileKind, MetricsFile};
 
 /// The benchmarked directories: (label, live processes, dead processes).
 const CASES: [(&str, usize, usize); 5] = [

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use clap::{Parser, ValueEnum};
 use flate2::write::GzEncoder;
 use flate2::Compression;
-use multiproc_exporter::encode::{encode, Escaping, Format};
+use multiproc_exporter::expose::encode::{encode, Escaping, Format};
 use multiproc_exporter::source::{CollectStats, Input, Reader};
 use serde_json::{json, Value};
 

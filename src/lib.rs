@@ -27,21 +27,12 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 pub mod cli;
-pub mod combine;
-pub mod config;
 pub mod demo;
-pub mod encode;
-pub mod file_name;
-pub mod float;
-pub mod key;
-pub mod layout;
-pub mod link_policy;
-mod mapped;
+pub mod expose;
+pub mod format;
 pub mod merge;
 pub mod model;
-pub mod negotiate;
+pub mod pipeline;
 pub mod server;
 pub mod source;
-pub mod subdirectories;
 pub mod transform;
-pub mod writer;

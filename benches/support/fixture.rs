@@ -20,8 +20,8 @@ use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::Path;
 
-use multiproc_exporter::float::go_float_string;
-use multiproc_exporter::writer::{encode_key, file_bytes, FileKind, GaugeMode};
+use multiproc_exporter::format::writer::{encode_key, file_bytes, FileKind, GaugeMode};
+use multiproc_exporter::model::float::go_float_string;
 
 /// `model_name` label value.
 pub(crate) const MODEL: &str = "meta-llama/Llama-3.1-8B-Instruct";

@@ -16,19 +16,21 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use arbitrary::{Arbitrary, Unstructured};
-use multiproc_exporter::combine::{combine, ConflictReason, Part};
-use multiproc_exporter::config::{Config, ConfigFile, FilterSection, Naming};
-use multiproc_exporter::encode::{encode, is_legacy_label_name, is_legacy_metric_name};
-use multiproc_exporter::encode::{Escaping, Format};
-use multiproc_exporter::file_name::{is_listed_name, FileName};
-use multiproc_exporter::key::{decode_key, MetricKey};
-use multiproc_exporter::layout::{read_used, read_value, scan_records, LayoutError, HEADER_LEN};
+use multiproc_exporter::expose::encode::{encode, is_legacy_label_name, is_legacy_metric_name};
+use multiproc_exporter::expose::encode::{Escaping, Format};
+use multiproc_exporter::expose::negotiate::without_openmetrics;
+use multiproc_exporter::expose::negotiate::{choose_encoder, gzip_accepted, name_params};
+use multiproc_exporter::format::file_name::{is_listed_name, FileName};
+use multiproc_exporter::format::key::{decode_key, MetricKey};
+use multiproc_exporter::format::layout::{
+    read_used, read_value, scan_records, LayoutError, HEADER_LEN,
+};
 use multiproc_exporter::merge::{merge_records, plan, KeyId, KeyStore, PlanInput, RawRecord};
 use multiproc_exporter::model::{MetricFamily, MetricType};
-use multiproc_exporter::negotiate::without_openmetrics;
-use multiproc_exporter::negotiate::{choose_encoder, gzip_accepted, name_params};
 use multiproc_exporter::source::{Input, Reader};
-use multiproc_exporter::{transform, writer};
+use multiproc_exporter::transform::combine::{combine, ConflictReason, Part};
+use multiproc_exporter::transform::config::{Config, ConfigFile, FilterSection, Naming};
+use multiproc_exporter::{format::writer, transform};
 
 /// The four exposition variants every merged result is encoded in.
 const VARIANTS: [(Format, Escaping); 4] = [
@@ -901,7 +903,7 @@ pub fn key_decoder(data: &[u8]) {
     type Shape = (String, String, BTreeMap<String, String>, String);
     match (serde_json::from_slice::<Shape>(data), &ours) {
         (Ok((family, ..)), Err(e)) if family.is_empty() => {
-            assert_eq!(*e, multiproc_exporter::key::KeyError::EmptyFamily);
+            assert_eq!(*e, multiproc_exporter::format::key::KeyError::EmptyFamily);
         }
         (Ok((family, sample, labels, help)), ours) => {
             let expected = MetricKey {

@@ -14,18 +14,16 @@
 //! return only the self-metrics, and `/-/ready` answers 503 until a directory
 //! exists.
 
-mod auth;
-mod limits;
-mod listen;
-mod logging;
-mod process;
+mod http;
 mod scrape;
-mod self_metrics;
 mod subdirectories;
-mod tls;
+mod telemetry;
+
+use http::{limits, listen};
+use telemetry::{logging, self_metrics};
+use web_config::auth;
 mod watch;
 mod web_config;
-mod web_metrics;
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -44,9 +42,9 @@ use clap::{Args, ValueEnum};
 use flate2::write::GzEncoder;
 use flate2::Compression;
 
-use crate::config::{Config, ConfigError};
-use crate::link_policy::LinkPolicy;
-use crate::negotiate::{choose_encoder, gzip_accepted, name_params, without_openmetrics};
+use crate::expose::negotiate::{choose_encoder, gzip_accepted, name_params, without_openmetrics};
+use crate::source::link_policy::LinkPolicy;
+use crate::transform::config::{Config, ConfigError};
 
 pub use listen::DEFAULT_LISTEN_ADDRESS;
 pub use web_config::{HttpServerConfig, TlsServerConfig, WebConfigFile};
@@ -536,8 +534,9 @@ async fn metrics(state: AppState, headers: &HeaderMap, query: Option<&str>) -> R
         tracing::error!(error = %e, "The scrape task failed; serving an empty body.");
         Vec::new()
     });
-    let content_type = HeaderValue::from_str(&negotiated.content_type)
-        .unwrap_or_else(|_| HeaderValue::from_static(crate::negotiate::CONTENT_TYPE_TEXT_0_0_4));
+    let content_type = HeaderValue::from_str(&negotiated.content_type).unwrap_or_else(|_| {
+        HeaderValue::from_static(crate::expose::negotiate::CONTENT_TYPE_TEXT_0_0_4)
+    });
     let mut response = Response::new(Body::empty());
     response
         .headers_mut()
@@ -659,7 +658,7 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
     if let Some(problem) = args
         .subdirectories_label
         .as_deref()
-        .and_then(crate::config::label_name_problem)
+        .and_then(crate::transform::config::label_name_problem)
     {
         return invalid(format!(
             "Invalid --dir.subdirectories-label {:?}: {problem}.",

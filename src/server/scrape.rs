@@ -20,16 +20,16 @@ use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
-use crate::config::Config;
-use crate::encode::{encode, Escaping, Format};
-use crate::link_policy::LinkPolicy;
+use crate::expose::encode::{encode, Escaping, Format};
 use crate::model::MetricFamily;
+use crate::pipeline::subdirectories::SubdirectoryReader;
+use crate::source::link_policy::LinkPolicy;
 use crate::source::{Collection, Input, Problem, Reader, SkipReason};
-use crate::subdirectories::SubdirectoryReader;
 use crate::transform;
+use crate::transform::config::Config;
 
-use super::self_metrics::{self, SelfMetrics};
-use super::subdirectories;
+use crate::server::subdirectories;
+use crate::server::telemetry::self_metrics::{self, SelfMetrics};
 
 /// Reads, merges and encodes; one per server.
 #[derive(Debug)]
@@ -90,7 +90,7 @@ pub(crate) struct Request {
 impl Scraper {
     /// A scraper for these directories, following links in them by
     /// `link_policy`; with `subdirectories_label`, for each of their
-    /// subdirectories, labelled (see [`crate::subdirectories`]).
+    /// subdirectories, labelled (see [`crate::pipeline::subdirectories`]).
     pub(crate) fn new(
         dirs: &[PathBuf],
         subdirectories_label: Option<Arc<str>>,

@@ -8,8 +8,8 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use crate::pipeline::subdirectories::SubdirectoryReader;
 use crate::source::Collection;
-use crate::subdirectories::SubdirectoryReader;
 
 /// What was last logged about one conflict: (family or path, subdirectory,
 /// reason label).

@@ -31,9 +31,9 @@ use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::{mpsc, watch};
 use tokio::time::{interval, sleep_until, Instant, MissedTickBehavior};
 
-use crate::file_name::is_listed_name;
+use crate::format::file_name::is_listed_name;
 
-use super::{ReloadTrigger, Shared};
+use crate::server::{ReloadTrigger, Shared};
 
 /// How often the directories are rescanned without any event.
 pub(crate) const RESCAN_INTERVAL: Duration = Duration::from_secs(10);

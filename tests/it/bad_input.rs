@@ -15,7 +15,7 @@ fn exporter() -> Command {
 
 /// Bytes of a `.db` file in prometheus_client's layout (64 KiB, like a fresh file).
 fn db_bytes(records: &[(&str, f64, f64)]) -> Vec<u8> {
-    multiproc_exporter::writer::file_bytes(records)
+    multiproc_exporter::format::writer::file_bytes(records)
 }
 
 struct Scenario {

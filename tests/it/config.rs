@@ -3,7 +3,6 @@
 //! start-up, and reloading (on change and on SIGHUP; a bad file keeps the
 //! previous configuration).
 
-
 use std::path::Path;
 
 use crate::support::{copy_dir, dump, repo_root, run_exporter, wait_for, Exporter};

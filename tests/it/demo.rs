@@ -2,12 +2,11 @@
 //! writes to exactly the exporter's output, and `multiproc-exporter demo`
 //! serves them over HTTP.
 
-
 use std::net::TcpListener;
 use std::process::{Command, Stdio};
 
-use multiproc_exporter::demo::{Demo, DemoConfig};
 use crate::support::{dump, get, python, run_python, wait_for};
+use multiproc_exporter::demo::{Demo, DemoConfig};
 
 const PYTHON_MERGE: &str = r#"
 import sys

@@ -7,7 +7,6 @@
 //! relabelling, its metric relabelling of `vllm_pod` into `namespace` and
 //! `pod` — runs exactly as written in the file.
 
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 

@@ -32,12 +32,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use multiproc_exporter::writer::{self, GaugeMode, ProcessWriter};
 use crate::support::{
     family_blocks, get_within, listing_order, merged_part, python, python_expositions,
     sample_value, skipped_by_reason, unprivileged_launch, Exporter, Exposition, Launch,
     ACCEPT_OPENMETRICS,
 };
+use multiproc_exporter::format::writer::{self, GaugeMode, ProcessWriter};
 
 /// Every `reason` label of `multiproc_exporter_scrape_files_skipped`.
 const REASONS: &[&str] = &[

@@ -1,4 +1,4 @@
-//! `multiproc_exporter::float::go_float_string` against Python's `prometheus_client.utils.floatToGoString`:
+//! `multiproc_exporter::model::float::go_float_string` against Python's `prometheus_client.utils.floatToGoString`:
 //! (a) the committed table `tests/data/float_cases.txt` (20,000 cases written by `tests/python/float_cases.py`,
 //! needs no Python); (b) with the Python venv, 1,000,000 fresh cases streamed from `float_cases.py` with a random
 //! seed (or `MPE_FLOAT_SEED`; count `MPE_FLOAT_COUNT`), all compared, reporting the number of mismatches and the
@@ -10,7 +10,7 @@ use std::fs;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use multiproc_exporter::float::go_float_string;
+use multiproc_exporter::model::float::go_float_string;
 
 /// Checks one `<16 hex digits> <expected>` line; `Some(message)` on mismatch.
 fn check_line(line: &str) -> Result<Option<String>, String> {

@@ -8,7 +8,9 @@ use crate::support;
 use std::io::Read as _;
 use std::path::Path;
 
-use crate::support::{copy_dir, dump, python, repo_root, run_python, wait_for, write_counter, Exporter};
+use crate::support::{
+    copy_dir, dump, python, repo_root, run_python, wait_for, write_counter, Exporter,
+};
 
 const PROMETHEUS_2: &str = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
 const PROMETHEUS_3: &str = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.3,text/plain;version=0.0.4;q=0.2,*/*;q=0.1";

@@ -21,11 +21,11 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::{symlink, MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 
-use multiproc_exporter::writer::{GaugeMode, ProcessWriter};
 use crate::support::{
     is_root, merged_part, python, python_expositions, skipped_by_reason, unprivileged_launch,
     Exporter, ACCEPT_OPENMETRICS,
 };
+use multiproc_exporter::format::writer::{GaugeMode, ProcessWriter};
 
 /// Files of two processes, as prometheus_client writes them.
 fn write_processes(dir: &Path) {

@@ -5,7 +5,6 @@
 //! both, and queries through Prometheus's HTTP API return the exact numbers the
 //! writers produced, including the p95 of a histogram via `histogram_quantile`.
 
-
 use std::process::Command;
 use std::time::Duration;
 

@@ -31,8 +31,8 @@
 //!   engine (never for Llama) under every naming, skipped files for the Qwen
 //!   exporters, and the missing directory, failed reload and down exporter.
 
-use crate::support::monitoring;
 use crate::support;
+use crate::support::monitoring;
 
 use std::collections::BTreeSet;
 use std::io::{BufRead as _, BufReader};
@@ -44,8 +44,8 @@ use crate::support::monitoring::{
     dashboards, eventually, panel_queries, read_rules, rule_files, substitute, variables,
     Prometheus,
 };
-use serde_json::Value as Json;
 use crate::support::{python, repo_root, Exporter};
+use serde_json::Value as Json;
 
 const LLAMA: &str = "meta-llama/Llama-3.1-8B-Instruct";
 const QWEN: &str = "Qwen/Qwen2.5-7B-Instruct";

@@ -2,9 +2,9 @@
 //! no JSON parsing and no re-planning, appended records are picked up, and
 //! replaced, truncated and deleted files are noticed.
 
-use multiproc_exporter::encode::{encode, Escaping, Format};
+use multiproc_exporter::expose::encode::{encode, Escaping, Format};
+use multiproc_exporter::format::writer::{GaugeMode, ProcessWriter};
 use multiproc_exporter::source::{Input, Reader};
-use multiproc_exporter::writer::{GaugeMode, ProcessWriter};
 
 fn text(
     reader: &mut Reader,
@@ -127,7 +127,7 @@ fn growth_past_64_kib_is_followed() {
 fn replaced_truncated_and_deleted_files_are_noticed() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("counter_1.db");
-    let original = multiproc_exporter::writer::file_bytes(&[
+    let original = multiproc_exporter::format::writer::file_bytes(&[
         (r#"["c", "c_total", {"l": "a"}, "h"]"#, 1.0, 0.0),
         (r#"["c", "c_total", {"l": "b"}, "h"]"#, 2.0, 0.0),
     ]);
@@ -137,8 +137,11 @@ fn replaced_truncated_and_deleted_files_are_noticed() {
     assert!(body.contains("c_total{l=\"b\"} 2.0"));
 
     // Replaced by a different file (new inode) with fewer records.
-    let replacement =
-        multiproc_exporter::writer::file_bytes(&[(r#"["d", "d_total", {}, "h"]"#, 5.0, 0.0)]);
+    let replacement = multiproc_exporter::format::writer::file_bytes(&[(
+        r#"["d", "d_total", {}, "h"]"#,
+        5.0,
+        0.0,
+    )]);
     let tmp = dir.path().join("counter_1.tmp");
     std::fs::write(&tmp, &replacement).expect("write");
     std::fs::rename(&tmp, &path).expect("rename");
@@ -256,7 +259,7 @@ fn file_shrunk_under_its_map_is_reported_not_fatal() {
         .iter()
         .map(|(k, v, t)| (k.as_str(), *v, *t))
         .collect();
-    let bytes = multiproc_exporter::writer::file_bytes(&borrowed);
+    let bytes = multiproc_exporter::format::writer::file_bytes(&borrowed);
     assert!(bytes.len() > 3 * 4096);
     std::fs::write(&path, &bytes).expect("write");
     let mut reader = Reader::new();
@@ -285,7 +288,7 @@ fn counter_files(dir: &std::path::Path, files: usize, records: usize) {
         .map(|i| format!(r#"["c", "c_total", {{"i": "{i}"}}, "h"]"#))
         .collect();
     let image: Vec<(&str, f64, f64)> = keys.iter().map(|k| (k.as_str(), 1.0, 0.0)).collect();
-    let bytes = multiproc_exporter::writer::file_bytes(&image);
+    let bytes = multiproc_exporter::format::writer::file_bytes(&image);
     for pid in 0..files {
         std::fs::write(dir.join(format!("counter_{pid}.db")), &bytes).expect("write");
     }
@@ -350,7 +353,7 @@ fn files_added_to_a_long_unchanged_directory_are_listed() {
     // Replaced by a rename (a new inode) after the directory settled again.
     set_old();
     let _ = text(&mut reader, dir.path());
-    let replacement = multiproc_exporter::writer::file_bytes(&[(
+    let replacement = multiproc_exporter::format::writer::file_bytes(&[(
         r#"["c", "c_total", {"i": "0"}, "h"]"#,
         10.0,
         0.0,

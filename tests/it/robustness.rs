@@ -4,9 +4,9 @@
 //! arbitrary (but well-formed) keys; each must return an error or a result,
 //! never panic, and never report a record outside the bytes it was given.
 
-use multiproc_exporter::file_name::FileName;
-use multiproc_exporter::key::decode_key;
-use multiproc_exporter::layout::{read_used, read_value, scan_records, HEADER_LEN};
+use multiproc_exporter::format::file_name::FileName;
+use multiproc_exporter::format::key::decode_key;
+use multiproc_exporter::format::layout::{read_used, read_value, scan_records, HEADER_LEN};
 use multiproc_exporter::merge::merge_records;
 use proptest::prelude::*;
 
@@ -15,7 +15,7 @@ fn file_bytes(records: &[(String, f64, f64)]) -> Vec<u8> {
         .iter()
         .map(|(k, v, t)| (k.as_str(), *v, *t))
         .collect();
-    multiproc_exporter::writer::file_bytes(&records)
+    multiproc_exporter::format::writer::file_bytes(&records)
 }
 
 proptest! {
@@ -79,8 +79,8 @@ proptest! {
             })
             .collect();
         let (families, _problems) = merge_records(&inputs, true);
-        for format in [multiproc_exporter::encode::Format::Text, multiproc_exporter::encode::Format::OpenMetrics] {
-            let _ = multiproc_exporter::encode::encode(&families, format, Default::default());
+        for format in [multiproc_exporter::expose::encode::Format::Text, multiproc_exporter::expose::encode::Format::OpenMetrics] {
+            let _ = multiproc_exporter::expose::encode::encode(&families, format, Default::default());
         }
     }
 

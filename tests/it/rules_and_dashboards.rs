@@ -9,8 +9,8 @@
 //!
 //! `tests/queries_e2e.rs` runs every query against a real Prometheus.
 
-use crate::support::monitoring;
 use crate::support;
+use crate::support::monitoring;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

@@ -4,7 +4,6 @@
 //! prometheus_client's own `MultiProcessCollector` gives for each subdirectory,
 //! combined by a few lines of Python and encoded by `generate_latest`.
 
-
 use std::path::Path;
 
 use crate::support::{dump, python, run_exporter, run_python, wait_for, Exporter};

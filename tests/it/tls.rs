@@ -10,8 +10,10 @@ use crate::support::web as web_support;
 use std::path::Path;
 
 use crate::support::monitoring::Prometheus;
+use crate::support::web::{
+    assert_web_config_rejected, bcrypt_hash, curl, ureq_get, Pki, PYTHON_CLIENT,
+};
 use crate::support::{assert_sample, python, tool, wait_for, write_counter, Exporter};
-use crate::support::web::{assert_web_config_rejected, bcrypt_hash, curl, ureq_get, Pki, PYTHON_CLIENT};
 
 /// A temporary directory with a fresh [`Pki`] in its `pki/`; `None` skips
 /// when `openssl` or `curl` is missing (outside CI).

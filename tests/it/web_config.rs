@@ -6,8 +6,8 @@
 
 use crate::support::web as web_support;
 
-use crate::support::{get, run_exporter, sample_value, tool, wait_for, Exporter};
 use crate::support::web::{assert_web_config_rejected, bcrypt_hash, write_atomically};
+use crate::support::{get, run_exporter, sample_value, tool, wait_for, Exporter};
 
 fn basic(user: &str, password: &str) -> String {
     use base64::Engine as _;

@@ -444,7 +444,7 @@ pub(crate) fn copy_dir(from: &Path, to: &Path) {
 /// A record key as prometheus_client's `mmap_key` writes it:
 /// `json.dumps([metric_name, name, labels, help], sort_keys=True)`.
 pub(crate) fn key(metric_name: &str, name: &str, labels: &[(&str, &str)], help: &str) -> String {
-    multiproc_exporter::writer::encode_key(metric_name, name, labels, help)
+    multiproc_exporter::format::writer::encode_key(metric_name, name, labels, help)
 }
 
 /// A `.db` file in prometheus_client's layout (8-byte header with `used`,
@@ -452,11 +452,11 @@ pub(crate) fn key(metric_name: &str, name: &str, labels: &[(&str, &str)], help: 
 /// Python's files. Returns each record's value offset.
 pub(crate) fn write_db(path: &Path, records: &[(String, f64)]) -> Vec<u64> {
     let image: Vec<(&str, f64, f64)> = records.iter().map(|(k, v)| (k.as_str(), *v, 0.0)).collect();
-    let data = multiproc_exporter::writer::file_bytes(&image);
+    let data = multiproc_exporter::format::writer::file_bytes(&image);
     let mut offsets = Vec::new();
     let mut end = 8u64;
     for (key, value) in records {
-        end += multiproc_exporter::writer::encode_record(key, *value, 0.0).len() as u64;
+        end += multiproc_exporter::format::writer::encode_record(key, *value, 0.0).len() as u64;
         offsets.push(end - 16);
     }
     let tmp = path.with_extension("tmp");

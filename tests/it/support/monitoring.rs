@@ -356,4 +356,3 @@ impl Prometheus {
         values
     }
 }
-

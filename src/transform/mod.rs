@@ -4,7 +4,7 @@
 //! The steps, in order:
 //!
 //! 1. **Filter** whole families by their original name (see
-//!    [`crate::config::FilterSection`]); never individual samples, so a
+//!    [`crate::transform::config::FilterSection`]); never individual samples, so a
 //!    histogram's `_bucket`, `_sum` and `_count` stay together.
 //! 2. **Rename** family and sample names with the configured
 //!    [`Naming`]. Ray naming maps every character outside `[a-zA-Z0-9_]` to
@@ -23,11 +23,14 @@
 //! Every result stays valid in both exposition formats: renamed names are
 //! legacy-valid, and constant label names are validated legacy label names.
 
+pub mod combine;
+pub mod config;
+
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use crate::config::{Config, Naming};
 use crate::model::{Label, Labels, MetricFamily, MetricType};
+use crate::transform::config::{Config, Naming};
 
 /// A family dropped because its new name was already taken.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -195,9 +198,9 @@ pub fn restrict(families: &[MetricFamily], names: &[String]) -> Vec<MetricFamily
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
-    use crate::encode::{encode, Escaping, Format};
+    use crate::expose::encode::{encode, Escaping, Format};
     use crate::model::Sample;
+    use crate::transform::config::Config;
 
     fn l(n: &str, v: &str) -> Label {
         (n.into(), v.into())

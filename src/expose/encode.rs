@@ -13,7 +13,7 @@
 //! but not in `# HELP`/`# TYPE` (client_python #1177), and Python's `$` in the
 //! name regular expressions also accepts one trailing newline.
 
-use crate::float::write_go_float;
+use crate::model::float::write_go_float;
 use crate::model::{MetricFamily, MetricType, Sample};
 
 /// The exposition format.

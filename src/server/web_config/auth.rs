@@ -27,8 +27,8 @@ use base64::Engine as _;
 use sha2::{Digest as _, Sha256};
 use tokio::sync::Semaphore;
 
-use super::web_config::WebSettings;
-use super::web_metrics::{RejectReason, WebMetrics};
+use crate::server::telemetry::web_metrics::{RejectReason, WebMetrics};
+use crate::server::web_config::WebSettings;
 
 /// Cached check results at most (the toolkit keeps 100).
 pub(crate) const CACHE_CAPACITY: usize = 1024;

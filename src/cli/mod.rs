@@ -11,13 +11,13 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::config::Config;
-use crate::encode::{encode, Escaping, Format};
-use crate::link_policy::LinkPolicy;
+use crate::expose::encode::{encode, Escaping, Format};
+use crate::pipeline::subdirectories::SubdirectoryReader;
 use crate::server::{self, ServeArgs};
+use crate::source::link_policy::LinkPolicy;
 use crate::source::{Input, Reader, SkipReason};
-use crate::subdirectories::SubdirectoryReader;
 use crate::transform;
+use crate::transform::config::Config;
 
 /// Prometheus exporter for Python prometheus_client multiprocess metric files.
 ///
@@ -269,7 +269,7 @@ fn dump(args: DumpArgs) -> ExitCode {
             (inputs, collection)
         }
         Some(label) => {
-            if let Some(problem) = crate::config::label_name_problem(&label) {
+            if let Some(problem) = crate::transform::config::label_name_problem(&label) {
                 eprintln!(
                     "multiproc-exporter: invalid --subdirectories-label {label:?}: {problem}"
                 );

@@ -315,7 +315,7 @@ pub fn build_full_name(
 
 /// `floatToGoString(bound)` as stored in a bucket's `le` label (`metrics.py` `Histogram._metric_init`).
 fn bucket_label(bound: f64) -> String {
-    crate::float::go_float_string(bound)
+    crate::model::float::go_float_string(bound)
 }
 
 // ---------------------------------------------------------------------------------------------

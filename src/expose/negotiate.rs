@@ -26,7 +26,7 @@
 //!   makes Python raise `TypeError` and fail the request) makes that clause
 //!   unacceptable, and negotiation continues with the next clause.
 
-use crate::encode::{Escaping, Format};
+use crate::expose::encode::{Escaping, Format};
 
 /// `text/plain; version=0.0.4; charset=utf-8` (Python's `CONTENT_TYPE_PLAIN_0_0_4`).
 pub const CONTENT_TYPE_TEXT_0_0_4: &str = "text/plain; version=0.0.4; charset=utf-8";

@@ -8,7 +8,7 @@
 //! keys (the toolkit parses strictly too), then validated into a
 //! [`WebConfig`]: certificate, key and CA files are read (paths relative to
 //! the configuration file's directory, as the toolkit resolves them), the
-//! rustls server configuration is built ([`super::tls`]) and every bcrypt hash
+//! rustls server configuration is built ([`crate::server::web_config::tls`]) and every bcrypt hash
 //! is checked. The doc comments below are the reference for the format;
 //! `docs/configuration.md` repeats them with what differs from the toolkit.
 //!
@@ -20,6 +20,9 @@
 //! on every handshake and request). A file that turns invalid is logged,
 //! counted, and the previous configuration stays in force.
 
+pub(crate) mod auth;
+pub(crate) mod tls;
+
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::os::unix::fs::MetadataExt as _;
@@ -30,7 +33,7 @@ use std::time::Duration;
 use axum::http::{HeaderName, HeaderValue};
 use serde::Deserialize;
 
-use super::web_metrics::WebMetrics;
+use crate::server::telemetry::web_metrics::WebMetrics;
 
 /// How often the configuration file and the files it names are checked for
 /// changes.
@@ -306,7 +309,7 @@ impl WebConfig {
             if tls.key_file.is_empty() && tls.key.is_empty() {
                 return Err(error("missing one of key or key_file"));
             }
-            let material = super::tls::Material {
+            let material = crate::server::web_config::tls::Material {
                 cert: pick(read(&parsed.cert_file, "cert_file")?, &tls.cert, "cert")?,
                 key: pick(read(&parsed.key_file, "key_file")?, &tls.key, "key")?,
                 client_ca: match read(&parsed.client_ca_file, "client_ca_file")? {
@@ -321,7 +324,9 @@ impl WebConfig {
                     None => None,
                 },
             };
-            Some(Arc::new(super::tls::server_config(tls, &material)?))
+            Some(Arc::new(crate::server::web_config::tls::server_config(
+                tls, &material,
+            )?))
         } else {
             None
         };

@@ -3,7 +3,7 @@
 //! Pure: no I/O.
 //!
 //! This is what a DaemonSet exporter serving several pods needs
-//! (`serve --dir.subdirectories-label NAME`, see [`crate::subdirectories`]):
+//! (`serve --dir.subdirectories-label NAME`, see [`crate::pipeline::subdirectories`]):
 //! every pod's directory is merged on its own, exactly as prometheus_client
 //! would merge it, and only then are the pods put side by side. Merging all
 //! pods' files as one directory would sum their counters and pick one
@@ -138,7 +138,7 @@ pub fn combine(label_name: &Arc<str>, parts: Vec<Part>) -> Combined {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::encode::{encode, Escaping, Format};
+    use crate::expose::encode::{encode, Escaping, Format};
     use crate::model::{Labels, MetricType, Sample};
 
     /// Sample name, labels, value.

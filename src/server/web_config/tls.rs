@@ -31,7 +31,7 @@ use rustls::{
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 
-use super::web_config::{TlsServerConfig, WebConfigError};
+use crate::server::web_config::{TlsServerConfig, WebConfigError};
 
 /// PEM text of the server certificate, its key and the client CAs, read from
 /// files or taken inline.

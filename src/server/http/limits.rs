@@ -47,7 +47,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{watch, Notify, Semaphore};
 use tokio::time::{Instant, Sleep};
 
-use super::web_metrics::{CloseReason, RejectReason, WebMetrics};
+use crate::server::telemetry::web_metrics::{CloseReason, RejectReason, WebMetrics};
 
 /// Connection deadlines; `None` disables one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

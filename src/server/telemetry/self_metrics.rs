@@ -5,7 +5,7 @@
 //! is: [`SelfMetrics::families`] encodes the registry with the crate and
 //! parses that text back into this crate's [`MetricFamily`] model, and the
 //! server then encodes the merged families and these together with
-//! [`crate::encode`]. That way the self-metrics are written in whichever
+//! [`crate::expose::encode`]. That way the self-metrics are written in whichever
 //! format and escaping was negotiated (text 0.0.4, text 1.0.0 or OpenMetrics,
 //! with a single `# EOF` at the very end), with prometheus_client's exact
 //! conventions, and `?name[]=` restricts them like everything else.
@@ -24,8 +24,8 @@ use prometheus_client::registry::Registry;
 use crate::model::{Labels, MetricFamily, MetricType, Sample};
 use crate::source::{CollectStats, Problem, SkipReason};
 
-use super::process::ProcessCollector;
-use super::web_metrics::WebMetrics;
+use crate::server::telemetry::process::ProcessCollector;
+use crate::server::telemetry::web_metrics::WebMetrics;
 
 /// Label set of the labelled self-metrics: one `(name, value)` pair.
 type OneLabel = Vec<(&'static str, String)>;
@@ -79,7 +79,7 @@ const SKIP_REASONS: &[&str] = &[
 const SUBDIRECTORY_CONFLICT_REASONS: &[&str] = &[
     "type_mismatch",
     "help_mismatch",
-    super::subdirectories::DUPLICATE_NAME,
+    crate::server::subdirectories::DUPLICATE_NAME,
 ];
 
 impl SelfMetrics {
@@ -460,7 +460,7 @@ pub(crate) fn without_clashes(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::encode::{encode, Escaping, Format};
+    use crate::expose::encode::{encode, Escaping, Format};
 
     #[test]
     fn parses_what_the_crate_writes() {
@@ -544,7 +544,7 @@ mod tests {
 
     #[test]
     fn subdirectory_conflict_reasons_cover_every_combine_reason() {
-        for reason in crate::combine::ConflictReason::ALL {
+        for reason in crate::transform::combine::ConflictReason::ALL {
             assert!(SUBDIRECTORY_CONFLICT_REASONS.contains(&reason.label()));
         }
         let mut m = SelfMetrics::new(false);

@@ -8,7 +8,7 @@
 //! replaced or extended, and evaluates the merge on the current values.
 //!
 //! A file is read whole with `pread` the first time and whenever it grew;
-//! after that it stays mapped read-only ([`crate::mapped`], which also guards
+//! after that it stays mapped read-only ([`crate::source::mapped`], which also guards
 //! against files that shrink under the map), so reading an unchanged file
 //! costs no system call at all: the listing's inode number (from `readdir`)
 //! tells that the path still names the same file, and the `used` header and
@@ -18,7 +18,10 @@
 //! left out whole and reported as a [`Problem`]; everything else is merged as
 //! prometheus_client would merge it without that file. Symbolic links are
 //! followed according to a [`LinkPolicy`] (by default only links that stay
-//! inside the directory, see [`crate::link_policy`]).
+//! inside the directory, see [`crate::source::link_policy`]).
+
+pub mod link_policy;
+mod mapped;
 
 use std::ffi::{OsStr, OsString};
 use std::fs::{File, OpenOptions};
@@ -28,13 +31,15 @@ use std::path::{Path, PathBuf};
 
 use rustc_hash::FxHashMap;
 
-use crate::file_name::{is_listed_name, FileName};
-use crate::key::KeyError;
-use crate::layout::{read_used, read_value, scan_records, LayoutError, HEADER_LEN, VALUE_LEN};
-use crate::link_policy::{LinkCheck, LinkPolicy};
-use crate::mapped::MappedFile;
+use crate::format::file_name::{is_listed_name, FileName};
+use crate::format::key::KeyError;
+use crate::format::layout::{
+    read_used, read_value, scan_records, LayoutError, HEADER_LEN, VALUE_LEN,
+};
 use crate::merge::{plan, KeyId, KeyStore, MergeError, MergePlan, PlanInput};
 use crate::model::MetricFamily;
+use crate::source::link_policy::{LinkCheck, LinkPolicy};
+use crate::source::mapped::MappedFile;
 
 /// Bytes read at least on a file's first read (Python reads one page first).
 const FIRST_READ: usize = 4096;

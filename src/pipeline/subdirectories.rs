@@ -17,7 +17,7 @@
 //! every collection (in byte order of their names; names starting with `.`
 //! are skipped), reads and merges each with its own [`Reader`], exactly as
 //! prometheus_client would merge that directory alone, and combines the
-//! results with [`crate::combine`], labelling every sample with the
+//! results with [`crate::transform::combine`], labelling every sample with the
 //! subdirectory's name. Subdirectories that appear are read from the next
 //! collection on; the reader of one that disappears is dropped (closing its
 //! files). `*.db` files directly in a parent are not read.
@@ -27,9 +27,9 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::combine::{combine, Conflict, Part};
-use crate::link_policy::LinkPolicy;
+use crate::source::link_policy::LinkPolicy;
 use crate::source::{CollectStats, Collection, Input, Problem, Reader, SkipReason};
+use crate::transform::combine::{combine, Conflict, Part};
 
 /// Reads every subdirectory of the parents as its own metrics directory.
 #[derive(Debug)]
@@ -51,7 +51,7 @@ pub struct SubdirectoryCollection {
     pub collection: Collection,
     /// Subdirectories read (each one part of the combination).
     pub subdirectories: usize,
-    /// Families that did not combine cleanly (see [`crate::combine`]).
+    /// Families that did not combine cleanly (see [`crate::transform::combine`]).
     pub conflicts: Vec<Conflict>,
     /// Subdirectories read for the first time by this collection.
     pub appeared: Vec<PathBuf>,

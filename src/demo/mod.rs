@@ -2,7 +2,7 @@
 //!
 //! [`Demo`] simulates a vLLM deployment with several API-server processes (data-parallel
 //! internal load balancing: every API server has children for every engine) and several GPU
-//! worker processes running LMCache, and writes their metrics with [`crate::writer`] in the
+//! worker processes running LMCache, and writes their metrics with [`crate::format::writer`] in the
 //! exact `prometheus_client` 0.26.0 file format. The metric catalogue follows vLLM 0.33.0
 //! (`vllm/v1/metrics/loggers.py`, spec decoding, MFU, the NIXL KV connector), the
 //! prometheus-fastapi-instrumentator HTTP metrics and LMCache's `PrometheusLogger`: names,
@@ -32,7 +32,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::writer::{
+use crate::format::writer::{
     mark_process_dead, now_timestamp, Counter, Gauge, GaugeMode, Histogram, ProcessWriter, Summary,
 };
 
@@ -1589,7 +1589,7 @@ pub fn run_demo(cfg: DemoConfig, stop: &AtomicBool) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::writer::read_records;
+    use crate::format::writer::read_records;
     use std::collections::BTreeMap;
     use std::path::Path;
 

@@ -28,9 +28,9 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 use thiserror::Error;
 
-use crate::file_name::{FileName, GaugeMode};
-use crate::float::go_float_string;
-use crate::key::{decode_key, KeyError};
+use crate::format::file_name::{FileName, GaugeMode};
+use crate::format::key::{decode_key, KeyError};
+use crate::model::float::go_float_string;
 use crate::model::{Labels, MetricFamily, MetricType, Sample};
 
 /// Identifies a distinct record key within a [`KeyStore`].

@@ -1,7 +1,7 @@
 //! Listen addresses in the exporter-toolkit style (`host:port`,
 //! `[ipv6]:port`, `:port`), binding them, and serving connections: the accept
 //! loop, TLS (with a `400` answer to plain HTTP on a TLS port, as Go gives),
-//! HTTP/1.1 through hyper with the limits and deadlines of [`super::limits`],
+//! HTTP/1.1 through hyper with the limits and deadlines of [`crate::server::http::limits`],
 //! and graceful shutdown (stop accepting, let requests in progress finish,
 //! close idle connections).
 
@@ -19,10 +19,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tower::ServiceExt as _;
 
-use super::limits::{Activity, ConnectionSlot, Connections, TimedIo, TrackedBody};
-use super::tls::{looks_like_plain_http, PLAIN_HTTP_RESPONSE};
-use super::web_config::WebSettings;
-use super::web_metrics::CloseReason;
+use crate::server::http::limits::{Activity, ConnectionSlot, Connections, TimedIo, TrackedBody};
+use crate::server::telemetry::web_metrics::CloseReason;
+use crate::server::web_config::tls::{looks_like_plain_http, PLAIN_HTTP_RESPONSE};
+use crate::server::web_config::WebSettings;
 
 /// The default `--web.listen-address`.
 ///
@@ -36,7 +36,7 @@ use super::web_metrics::CloseReason;
 pub const DEFAULT_LISTEN_ADDRESS: &str = ":9089";
 
 /// Binds every address; an error names the address that failed.
-pub(super) async fn bind_all(addresses: &[String]) -> Result<Vec<TcpListener>, String> {
+pub(crate) async fn bind_all(addresses: &[String]) -> Result<Vec<TcpListener>, String> {
     let mut listeners = Vec::with_capacity(addresses.len());
     for address in addresses {
         let listener = bind(address)
@@ -73,19 +73,19 @@ async fn bind(address: &str) -> io::Result<TcpListener> {
 
 /// What every connection needs.
 #[derive(Debug)]
-pub(super) struct ServeContext {
+pub(crate) struct ServeContext {
     /// The routes, with the web layers (authentication, limits, headers).
-    pub(super) router: Router,
+    pub(crate) router: Router,
     /// The web configuration in force (TLS, users, headers).
-    pub(super) web: Arc<WebSettings>,
+    pub(crate) web: Arc<WebSettings>,
     /// The connection table (limit and eviction).
-    pub(super) connections: Arc<Connections>,
+    pub(crate) connections: Arc<Connections>,
 }
 
 /// Accepts and serves connections until `shutdown` turns true, then waits for
 /// the connections to finish (in-flight requests complete; idle connections
 /// close at once).
-pub(super) async fn serve_listener(
+pub(crate) async fn serve_listener(
     listener: TcpListener,
     context: Arc<ServeContext>,
     mut shutdown: watch::Receiver<bool>,

@@ -5,6 +5,8 @@
 //! type and samples in output order. Samples carry no timestamps or exemplars
 //! (multiprocess mode never produces them).
 
+pub mod float;
+
 use std::sync::Arc;
 
 /// A metric type as prometheus_client names it (`Metric.type`).

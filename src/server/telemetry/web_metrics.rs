@@ -1,7 +1,7 @@
 //! The exporter's own metrics about its HTTP side: connections open and
 //! closed by the server, requests refused (503 over `--web.max-requests`, 401)
 //! and web configuration reloads. Registered in the self-metrics registry
-//! ([`super::self_metrics`]); documented in `docs/metrics.md`.
+//! ([`crate::server::telemetry::self_metrics`]); documented in `docs/metrics.md`.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

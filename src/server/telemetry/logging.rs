@@ -2,11 +2,11 @@
 
 use tracing_subscriber::EnvFilter;
 
-use super::{LogFormat, LogLevel};
+use crate::server::{LogFormat, LogLevel};
 
 /// Installs the global subscriber (does nothing if one is already installed,
 /// e.g. when a test runs several servers in one process).
-pub(super) fn init(format: LogFormat, level: LogLevel) {
+pub(crate) fn init(format: LogFormat, level: LogLevel) {
     let level = match level {
         LogLevel::Debug => "debug",
         LogLevel::Info => "info",

@@ -192,7 +192,7 @@ mod tests {
     use super::*;
 
     fn file_with(records: &[(&str, f64, f64)]) -> Vec<u8> {
-        crate::writer::file_bytes(records)
+        crate::format::writer::file_bytes(records)
     }
 
     #[test]
