@@ -31,7 +31,7 @@ use rustls::{
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 
-use crate::server::web_config::{TlsServerConfig, WebConfigError};
+use crate::server::web_config::schema::{error, TlsServerConfig, WebConfigError};
 
 /// PEM text of the server certificate, its key and the client CAs, read from
 /// files or taken inline.
@@ -43,10 +43,6 @@ pub(crate) struct Material {
     pub(crate) key: Vec<u8>,
     /// Client CA certificates (PEM), if any.
     pub(crate) client_ca: Option<Vec<u8>>,
-}
-
-fn error(message: impl Into<String>) -> WebConfigError {
-    WebConfigError(message.into())
 }
 
 /// Client certificate policies (Go's `tls.ClientAuthType`).
