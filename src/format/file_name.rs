@@ -6,11 +6,105 @@
 //! rules are reproduced here, including their quirks (`gauge_all_host_12.db`
 //! has pid `h`).
 
+use std::fmt;
+
 use crate::model::MetricType;
 
-/// How a gauge family combines the values of several processes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// A `Gauge`'s `multiprocess_mode` (`Gauge._MULTIPROC_MODES` in `metrics.py`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum GaugeMode {
+    /// `all` (the Python default): one series per pid, with a `pid` label.
+    All,
+    /// `liveall`: like `all`, file removed by `mark_process_dead`.
+    LiveAll,
+    /// `min`: minimum across processes.
+    Min,
+    /// `livemin`: like `min`, file removed by `mark_process_dead`.
+    LiveMin,
+    /// `max`: maximum across processes.
+    Max,
+    /// `livemax`: like `max`, file removed by `mark_process_dead`.
+    LiveMax,
+    /// `sum`: sum across processes.
+    Sum,
+    /// `livesum`: like `sum`, file removed by `mark_process_dead`.
+    LiveSum,
+    /// `mostrecent`: the value with the greatest stored timestamp wins.
+    MostRecent,
+    /// `livemostrecent`: like `mostrecent`, file removed by `mark_process_dead`.
+    LiveMostRecent,
+}
+
+impl GaugeMode {
+    /// All ten modes, in the order of `Gauge._MULTIPROC_MODES`' declaration.
+    pub const ALL_MODES: [GaugeMode; 10] = [
+        GaugeMode::All,
+        GaugeMode::LiveAll,
+        GaugeMode::Min,
+        GaugeMode::LiveMin,
+        GaugeMode::Max,
+        GaugeMode::LiveMax,
+        GaugeMode::Sum,
+        GaugeMode::LiveSum,
+        GaugeMode::MostRecent,
+        GaugeMode::LiveMostRecent,
+    ];
+
+    /// The mode's Python spelling, as used in the file name (`gauge_<mode>_<pid>.db`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GaugeMode::All => "all",
+            GaugeMode::LiveAll => "liveall",
+            GaugeMode::Min => "min",
+            GaugeMode::LiveMin => "livemin",
+            GaugeMode::Max => "max",
+            GaugeMode::LiveMax => "livemax",
+            GaugeMode::Sum => "sum",
+            GaugeMode::LiveSum => "livesum",
+            GaugeMode::MostRecent => "mostrecent",
+            GaugeMode::LiveMostRecent => "livemostrecent",
+        }
+    }
+
+    /// Parses a Python mode name (exact, case-sensitive, like Python).
+    pub fn from_name(name: &str) -> Option<GaugeMode> {
+        GaugeMode::ALL_MODES
+            .into_iter()
+            .find(|m| m.as_str() == name)
+    }
+
+    /// Whether `mark_process_dead` deletes this mode's files (the `live*` modes).
+    pub fn is_live(self) -> bool {
+        self.as_str().starts_with("live")
+    }
+
+    /// Whether `set` stores the wall-clock timestamp and `inc`/`dec` are forbidden.
+    pub fn is_most_recent(self) -> bool {
+        matches!(self, GaugeMode::MostRecent | GaugeMode::LiveMostRecent)
+    }
+
+    /// How the collector combines this mode's values across processes.
+    pub fn merge(self) -> GaugeMerge {
+        match self {
+            GaugeMode::All | GaugeMode::LiveAll => GaugeMerge::All,
+            GaugeMode::Min | GaugeMode::LiveMin => GaugeMerge::Min,
+            GaugeMode::Max | GaugeMode::LiveMax => GaugeMerge::Max,
+            GaugeMode::Sum | GaugeMode::LiveSum => GaugeMerge::Sum,
+            GaugeMode::MostRecent | GaugeMode::LiveMostRecent => GaugeMerge::MostRecent,
+        }
+    }
+}
+
+impl fmt::Display for GaugeMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a gauge family combines the values of several processes (the
+/// collector's view of a [`GaugeMode`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GaugeMerge {
     /// `all`, `liveall` (and any unrecognised mode): one series per process, with a `pid` label.
     All,
     /// `min`, `livemin`.
@@ -23,16 +117,11 @@ pub enum GaugeMode {
     MostRecent,
 }
 
-impl GaugeMode {
-    /// Classifies the mode part of a gauge file name.
-    pub fn from_name(mode: &str) -> Self {
-        match mode {
-            "min" | "livemin" => Self::Min,
-            "max" | "livemax" => Self::Max,
-            "sum" | "livesum" => Self::Sum,
-            "mostrecent" | "livemostrecent" => Self::MostRecent,
-            _ => Self::All,
-        }
+impl GaugeMerge {
+    /// Classifies the mode part of a gauge file name; a mode prometheus_client
+    /// does not know merges like `all`, as the collector does.
+    pub fn from_mode_name(mode: &str) -> Self {
+        GaugeMode::from_name(mode).map_or(GaugeMerge::All, GaugeMode::merge)
     }
 }
 
@@ -75,9 +164,12 @@ impl FileName {
         }
     }
 
-    /// The gauge mode, for gauge files that name one.
-    pub fn gauge_mode(&self) -> Option<GaugeMode> {
-        self.gauge_mode_name.as_deref().map(GaugeMode::from_name)
+    /// How the collector merges this gauge file's values, for gauge files
+    /// that name a mode.
+    pub fn gauge_merge(&self) -> Option<GaugeMerge> {
+        self.gauge_mode_name
+            .as_deref()
+            .map(GaugeMerge::from_mode_name)
     }
 
     /// Whether this is a file of a `live*` gauge, which `mark_process_dead`
@@ -113,7 +205,7 @@ mod tests {
         assert_eq!(f.gauge_pid, None);
 
         let g = FileName::parse("gauge_livemostrecent_42.db");
-        assert_eq!(g.gauge_mode(), Some(GaugeMode::MostRecent));
+        assert_eq!(g.gauge_merge(), Some(GaugeMerge::MostRecent));
         assert_eq!(g.gauge_pid.as_deref(), Some("42"));
         assert!(g.is_live_gauge());
 
@@ -129,8 +221,8 @@ mod tests {
             Some(MetricType::Unknown)
         );
         assert_eq!(
-            FileName::parse("gauge_weird_1.db").gauge_mode(),
-            Some(GaugeMode::All)
+            FileName::parse("gauge_weird_1.db").gauge_merge(),
+            Some(GaugeMerge::All)
         );
     }
 

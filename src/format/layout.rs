@@ -21,6 +21,49 @@ pub const HEADER_LEN: usize = 8;
 /// Bytes after the key padding: a value and a timestamp, both `f64`.
 pub const VALUE_LEN: usize = 16;
 
+/// Size of a new file: prometheus_client creates every file at 64 KiB and
+/// doubles it when a record does not fit.
+pub const INITIAL_FILE_LEN: usize = 1 << 16;
+
+/// Length of a key plus its padding: `len + 8 - (len + 4) % 8`, so that the
+/// value after the 4-byte length field and the key is 8-byte aligned (the
+/// padding is never zero).
+pub const fn padded_key_len(key_len: usize) -> usize {
+    key_len + (8 - (key_len + 4) % 8)
+}
+
+/// The bytes of one record: `i32 len | key | spaces | value | timestamp`,
+/// as prometheus_client writes it.
+pub fn encode_record(key: &[u8], value: f64, timestamp: f64) -> Vec<u8> {
+    let padded = padded_key_len(key.len());
+    let mut record = Vec::with_capacity(4 + padded + VALUE_LEN);
+    // Key lengths are bounded by the writers (far below `i32::MAX`).
+    record.extend_from_slice(&(key.len() as i32).to_ne_bytes());
+    record.extend_from_slice(key);
+    record.resize(4 + padded, b' ');
+    record.extend_from_slice(&value.to_ne_bytes());
+    record.extend_from_slice(&timestamp.to_ne_bytes());
+    record
+}
+
+/// The bytes of a whole new file holding `records` (key, value, timestamp),
+/// as prometheus_client leaves it: the header with `used`, the records, and
+/// zero bytes up to [`INITIAL_FILE_LEN`] (or the next doubling).
+pub fn file_bytes(records: &[(&str, f64, f64)]) -> Vec<u8> {
+    let mut data = vec![0u8; HEADER_LEN];
+    for (key, value, timestamp) in records {
+        data.extend_from_slice(&encode_record(key.as_bytes(), *value, *timestamp));
+    }
+    let used = data.len() as i32;
+    data[..4].copy_from_slice(&used.to_ne_bytes());
+    let mut capacity = INITIAL_FILE_LEN;
+    while capacity < data.len() {
+        capacity *= 2;
+    }
+    data.resize(capacity, 0);
+    data
+}
+
 /// Why a file's bytes do not follow the layout.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum LayoutError {
@@ -144,8 +187,7 @@ pub fn scan_records(
             return Err(LayoutError::NegativeKeyLength { offset: pos, len });
         }
         let key_len = len as usize;
-        let padded = key_len + (8 - (key_len + 4) % 8);
-        let value_offset = pos + 4 + padded;
+        let value_offset = pos + 4 + padded_key_len(key_len);
         if value_offset + VALUE_LEN > used {
             return Err(LayoutError::RecordPastUsed {
                 offset: pos,
@@ -192,7 +234,7 @@ mod tests {
     use super::*;
 
     fn file_with(records: &[(&str, f64, f64)]) -> Vec<u8> {
-        crate::format::writer::file_bytes(records)
+        file_bytes(records)
     }
 
     #[test]

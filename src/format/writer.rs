@@ -10,7 +10,7 @@
 //!
 //! * offset 0: `i32 used` (first free byte, including the 8-byte header); offset 4: 4 zero bytes;
 //! * records from offset 8: `i32 len | len bytes UTF-8 JSON key | 1..=8 spaces | f64 value | f64 timestamp`,
-//!   where the pad is `8 - (len + 4) % 8` (never 0);
+//!   where the pad is [`layout::padded_key_len`]'s (never 0);
 //! * a new file is created empty, then grown to 65,536 bytes; when a record does not fit, the
 //!   file size doubles until it does.
 //!
@@ -36,11 +36,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use rustc_hash::FxHashMap;
 
-/// Size a new file is grown to (`mmap_dict._INITIAL_MMAP_SIZE`, 64 KiB since 0.16.0).
-pub const INITIAL_FILE_SIZE: u64 = 1 << 16;
+use crate::format::layout::{self, HEADER_LEN};
 
-/// Size of the file header: `i32 used` plus 4 bytes of padding.
-pub const HEADER_SIZE: u64 = 8;
+/// [`layout::INITIAL_FILE_LEN`] as a file length.
+const INITIAL_FILE_SIZE: u64 = layout::INITIAL_FILE_LEN as u64;
+
+/// [`HEADER_LEN`] as a file offset.
+const HEADER_SIZE: u64 = HEADER_LEN as u64;
 
 /// Largest `used` value the format can express (it is stored as a signed 32-bit integer).
 const MAX_USED: u64 = i32::MAX as u64;
@@ -49,85 +51,7 @@ const MAX_USED: u64 = i32::MAX as u64;
 // File naming
 // ---------------------------------------------------------------------------------------------
 
-/// A `Gauge`'s `multiprocess_mode` (`Gauge._MULTIPROC_MODES` in `metrics.py`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum GaugeMode {
-    /// `all` (the Python default): one series per pid, with a `pid` label.
-    All,
-    /// `liveall`: like `all`, file removed by `mark_process_dead`.
-    LiveAll,
-    /// `min`: minimum across processes.
-    Min,
-    /// `livemin`: like `min`, file removed by `mark_process_dead`.
-    LiveMin,
-    /// `max`: maximum across processes.
-    Max,
-    /// `livemax`: like `max`, file removed by `mark_process_dead`.
-    LiveMax,
-    /// `sum`: sum across processes.
-    Sum,
-    /// `livesum`: like `sum`, file removed by `mark_process_dead`.
-    LiveSum,
-    /// `mostrecent`: the value with the greatest stored timestamp wins.
-    MostRecent,
-    /// `livemostrecent`: like `mostrecent`, file removed by `mark_process_dead`.
-    LiveMostRecent,
-}
-
-impl GaugeMode {
-    /// All ten modes, in the order of `Gauge._MULTIPROC_MODES`' declaration.
-    pub const ALL_MODES: [GaugeMode; 10] = [
-        GaugeMode::All,
-        GaugeMode::LiveAll,
-        GaugeMode::Min,
-        GaugeMode::LiveMin,
-        GaugeMode::Max,
-        GaugeMode::LiveMax,
-        GaugeMode::Sum,
-        GaugeMode::LiveSum,
-        GaugeMode::MostRecent,
-        GaugeMode::LiveMostRecent,
-    ];
-
-    /// The mode's Python spelling, as used in the file name (`gauge_<mode>_<pid>.db`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            GaugeMode::All => "all",
-            GaugeMode::LiveAll => "liveall",
-            GaugeMode::Min => "min",
-            GaugeMode::LiveMin => "livemin",
-            GaugeMode::Max => "max",
-            GaugeMode::LiveMax => "livemax",
-            GaugeMode::Sum => "sum",
-            GaugeMode::LiveSum => "livesum",
-            GaugeMode::MostRecent => "mostrecent",
-            GaugeMode::LiveMostRecent => "livemostrecent",
-        }
-    }
-
-    /// Parses a Python mode name (exact, case-sensitive, like Python).
-    pub fn from_name(name: &str) -> Option<GaugeMode> {
-        GaugeMode::ALL_MODES
-            .into_iter()
-            .find(|m| m.as_str() == name)
-    }
-
-    /// Whether `mark_process_dead` deletes this mode's files (the `live*` modes).
-    pub fn is_live(self) -> bool {
-        self.as_str().starts_with("live")
-    }
-
-    /// Whether `set` stores the wall-clock timestamp and `inc`/`dec` are forbidden.
-    pub fn is_most_recent(self) -> bool {
-        matches!(self, GaugeMode::MostRecent | GaugeMode::LiveMostRecent)
-    }
-}
-
-impl fmt::Display for GaugeMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use crate::format::file_name::GaugeMode;
 
 /// Which per-process file a value lives in (`MmapedValue.__reset` in `values.py`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -336,66 +260,37 @@ pub struct Record {
 }
 
 /// Parses the records of a file image the way `mmap_dict._read_all_values` does, but strictly:
-/// any record that does not fit entirely within `used` is an `InvalidData` error.
+/// any record that does not fit entirely within `used` is an `InvalidData` error. The layout
+/// rules are [`layout`]'s.
 pub(crate) fn parse_records(data: &[u8]) -> io::Result<Vec<Record>> {
-    let used = read_i32(data, 0)?;
-    let used = usize::try_from(used).map_err(|_| invalid_data(format!("negative used {used}")))?;
-    if used < HEADER_SIZE as usize && used != 0 {
-        return Err(invalid_data(format!("used {used} is inside the header")));
-    }
-    if used > data.len() {
-        return Err(invalid_data(format!(
-            "used {used} is beyond the {} bytes available",
-            data.len()
-        )));
-    }
-    let mut out = Vec::new();
-    let mut pos = HEADER_SIZE as usize;
-    while pos < used {
-        let len = read_i32(data, pos)?;
-        let len = usize::try_from(len)
-            .map_err(|_| invalid_data(format!("negative key length at {pos}")))?;
-        let key_start = pos + 4;
-        let padded = len + (8 - (len + 4) % 8);
-        let value_at = key_start + padded;
-        if value_at + 16 > used {
-            return Err(invalid_data(format!(
-                "record at {pos} runs past used {used}"
-            )));
-        }
-        let key = std::str::from_utf8(&data[key_start..key_start + len])
-            .map_err(|e| invalid_data(format!("key at {pos} is not UTF-8: {e}")))?
-            .to_owned();
-        let value = read_f64(data, value_at)?;
-        let timestamp = read_f64(data, value_at + 8)?;
-        out.push(Record {
-            key,
-            value,
-            timestamp,
-            offset: value_at as u64,
-        });
-        pos = value_at + 16;
-    }
-    Ok(out)
+    let used = layout::read_used(data, data.len())
+        .map_err(|e| invalid_data(e.to_string()))?
+        .unwrap_or(0);
+    let mut locations = Vec::new();
+    layout::scan_records(data, HEADER_LEN, used, &mut locations)
+        .map_err(|e| invalid_data(e.to_string()))?;
+    locations
+        .iter()
+        .map(|location| {
+            let key = std::str::from_utf8(location.key(data))
+                .map_err(|e| {
+                    invalid_data(format!("key at {} is not UTF-8: {e}", location.key_offset))
+                })?
+                .to_owned();
+            let (value, timestamp) = layout::read_value(data, location.value_offset);
+            Ok(Record {
+                key,
+                value,
+                timestamp,
+                offset: location.value_offset as u64,
+            })
+        })
+        .collect()
 }
 
 /// Reads every record of the file at `path` (strictly; see [`MetricsFile::open`]).
 pub fn read_records(path: &Path) -> io::Result<Vec<Record>> {
     parse_records(&std::fs::read(path)?)
-}
-
-fn read_i32(data: &[u8], at: usize) -> io::Result<i32> {
-    data.get(at..at + 4)
-        .and_then(|b| b.try_into().ok())
-        .map(i32::from_ne_bytes)
-        .ok_or_else(|| invalid_data(format!("truncated integer at {at}")))
-}
-
-fn read_f64(data: &[u8], at: usize) -> io::Result<f64> {
-    data.get(at..at + 8)
-        .and_then(|b| b.try_into().ok())
-        .map(f64::from_ne_bytes)
-        .ok_or_else(|| invalid_data(format!("truncated double at {at}")))
 }
 
 fn invalid_data(msg: String) -> io::Error {
@@ -406,36 +301,14 @@ fn invalid_input(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, msg)
 }
 
-/// The bytes of a whole new file holding `records`, as prometheus_client
-/// leaves it: header with `used`, the records, zero bytes up to 64 KiB (or up
-/// to the next doubling). For tests and fixtures that need raw file images.
+/// The bytes of a whole new file holding `records` ([`layout::file_bytes`]).
 pub fn file_bytes(records: &[(&str, f64, f64)]) -> Vec<u8> {
-    let mut data = vec![0u8; HEADER_SIZE as usize];
-    for (key, value, timestamp) in records {
-        data.extend_from_slice(&encode_record(key, *value, *timestamp));
-    }
-    let used = data.len() as i32;
-    data[..4].copy_from_slice(&used.to_ne_bytes());
-    let mut capacity = INITIAL_FILE_SIZE as usize;
-    while capacity < data.len() {
-        capacity *= 2;
-    }
-    data.resize(capacity, 0);
-    data
+    layout::file_bytes(records)
 }
 
-/// Builds a complete record: `i32 len | key | pad | value | timestamp`.
+/// Builds a complete record ([`layout::encode_record`]).
 pub fn encode_record(key: &str, value: f64, timestamp: f64) -> Vec<u8> {
-    let k = key.as_bytes();
-    let pad = 8 - (k.len() + 4) % 8;
-    let mut rec = Vec::with_capacity(4 + k.len() + pad + 16);
-    // Key lengths are bounded by MAX_USED before this is called.
-    rec.extend_from_slice(&(k.len() as i32).to_ne_bytes());
-    rec.extend_from_slice(k);
-    rec.resize(rec.len() + pad, b' ');
-    rec.extend_from_slice(&value.to_ne_bytes());
-    rec.extend_from_slice(&timestamp.to_ne_bytes());
-    rec
+    layout::encode_record(key.as_bytes(), value, timestamp)
 }
 
 /// `value | timestamp` as one 16-byte buffer (Python's `struct.pack('dd', ...)`).

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 use thiserror::Error;
 
-use crate::format::file_name::{FileName, GaugeMode};
+use crate::format::file_name::{FileName, GaugeMerge};
 use crate::format::key::{decode_key, KeyError};
 use crate::model::float::go_float_string;
 use crate::model::{Labels, MetricFamily, MetricType, Sample};
@@ -379,7 +379,7 @@ struct FamilyBuild {
     name: StrId,
     help: StrId,
     metric_type: MetricType,
-    mode: GaugeMode,
+    mode: GaugeMerge,
     samples: Vec<RawSample>,
 }
 
@@ -461,7 +461,7 @@ impl<'s> Builder<'s> {
                 let pid = file.name.gauge_pid.as_deref().unwrap_or_default();
                 Some((
                     builder.store.string(pid),
-                    file.name.gauge_mode().unwrap_or(GaugeMode::All),
+                    file.name.gauge_merge().unwrap_or(GaugeMerge::All),
                 ))
             } else {
                 None
@@ -473,7 +473,7 @@ impl<'s> Builder<'s> {
                         name: info.family,
                         help: info.help,
                         metric_type,
-                        mode: GaugeMode::All,
+                        mode: GaugeMerge::All,
                         samples: Vec::new(),
                     });
                     families.len() - 1
@@ -522,19 +522,19 @@ impl<'s> Builder<'s> {
         let mode = family.mode;
         for sample in &family.samples {
             let mut labels = sample.labels;
-            if is_gauge && mode != GaugeMode::All {
+            if is_gauge && mode != GaugeMerge::All {
                 labels = self.store.tuple_without_pid(labels);
             }
             let op = if is_gauge {
                 let (slot, created) = groups.entry(&mut self.slots, labels, sample.name, labels);
                 match mode {
-                    GaugeMode::All => Op::Assign(slot),
-                    GaugeMode::Min if created => Op::Assign(slot),
-                    GaugeMode::Min => Op::Min(slot),
-                    GaugeMode::Max if created => Op::Assign(slot),
-                    GaugeMode::Max => Op::Max(slot),
-                    GaugeMode::Sum => Op::Add(slot),
-                    GaugeMode::MostRecent => Op::MostRecent(slot),
+                    GaugeMerge::All => Op::Assign(slot),
+                    GaugeMerge::Min if created => Op::Assign(slot),
+                    GaugeMerge::Min => Op::Min(slot),
+                    GaugeMerge::Max if created => Op::Assign(slot),
+                    GaugeMerge::Max => Op::Max(slot),
+                    GaugeMerge::Sum => Op::Add(slot),
+                    GaugeMerge::MostRecent => Op::MostRecent(slot),
                 }
             } else if family.metric_type == MetricType::Histogram {
                 match self.store.tuple_split_le(labels) {
@@ -620,7 +620,7 @@ impl<'s> Builder<'s> {
             name,
             help: self.store.strings[family.help as usize].clone(),
             metric_type: family.metric_type,
-            most_recent: is_gauge && mode == GaugeMode::MostRecent,
+            most_recent: is_gauge && mode == GaugeMerge::MostRecent,
             samples,
             histograms,
         })

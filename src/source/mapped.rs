@@ -74,7 +74,7 @@ impl MappedFile {
         self.map.len()
     }
 
-    /// Reads the little-endian `i32` at `offset` (the `used` header at 0).
+    /// Reads the `i32` (native byte order) at `offset` (the `used` header at 0).
     ///
     /// # Panics
     /// Never: an offset that is out of bounds or misaligned returns `None`.
@@ -90,11 +90,12 @@ impl MappedFile {
             // this memory; a fault on a page past the end of a shrunk file is
             // absorbed by the SIGBUS guard that `guarded` sets up.
             let word = unsafe { std::ptr::read_volatile(base.add(offset).cast::<u32>()) };
-            u32::from_le(word) as i32
+            // Native byte order, as prometheus_client writes and `layout` reads.
+            word as i32
         }))
     }
 
-    /// Reads the value and timestamp (two little-endian `f64`s) at each of
+    /// Reads the value and timestamp (two `f64`s in native byte order, as [`crate::format::layout`] reads them) at each of
     /// `offsets` into `values`, replacing its contents.
     ///
     /// Returns `None` (and leaves `values` empty) if an offset is out of
@@ -128,10 +129,7 @@ impl MappedFile {
                         std::ptr::read_volatile(word.add(1)),
                     )
                 };
-                values.push((
-                    f64::from_bits(u64::from_le(value)),
-                    f64::from_bits(u64::from_le(timestamp)),
-                ));
+                values.push((f64::from_bits(value), f64::from_bits(timestamp)));
             }
         });
         if result.is_err() {
@@ -431,7 +429,7 @@ mod tests {
         let status = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "mapped::tests::child_faults_outside_any_guarded_map",
+                "source::mapped::tests::child_faults_outside_any_guarded_map",
             ])
             .args(["--nocapture", "--test-threads=1"])
             .env("MPE_SIGBUS_CHILD", "1")
