@@ -1,25 +1,43 @@
 //! multiproc-exporter: read, merge and expose the per-process metric files of
 //! Python's `prometheus_client` multiprocess mode (`PROMETHEUS_MULTIPROC_DIR`).
 //!
-//! The crate is layered so that the core stays pure and testable:
+//! The folders name the stages of the flow; a sample goes strictly downward
+//! through them, and dependencies point the other way, from the top to the
+//! bottom (`docs/architecture.md` traces one sample through the code):
 //!
-//! * [`layout`], [`key`], [`file_name`]: bytes of one file → record locations
-//!   and decoded keys (no I/O).
-//! * [`merge`]: records of many files → [`model::MetricFamily`] list, exactly as
-//!   prometheus_client's `MultiProcessCollector` merges them, planned once and
-//!   re-evaluated cheaply on every scrape (no I/O).
-//! * [`encode`] and [`float`]: families → the exact bytes of prometheus_client's
-//!   text and OpenMetrics encoders (no I/O).
-//! * [`source`], [`link_policy`]: the I/O layer: lists directories, reads files incrementally,
-//!   reports bad files instead of failing.
-//! * [`config`], [`transform`]: the YAML configuration and how it filters,
-//!   renames and labels families (no I/O in `transform`).
-//! * [`combine`]: several directories' merged families → one list, each
-//!   sample labelled with its directory (no I/O); [`subdirectories`] reads a
-//!   parent's subdirectories that way (one pod each, for a DaemonSet).
-//! * [`negotiate`]: HTTP content negotiation as prometheus_client does it (no I/O).
+//! ```text
+//!  .db file bytes ─► source ─► records ─► merge ─► families ─► transform ─► expose ─► bytes
+//!                    (I/O)                (pure)               (pure)       (pure)
+//!
+//!  cli, server ─► pipeline ─► source, transform, expose ─► merge ─► format, model
+//! ```
+//!
+//! * [`format`](mod@format): the `.db` file format, both sides: a file's bytes → record
+//!   locations ([`format::layout`]), decoded keys ([`format::key`]), what a
+//!   file name says ([`format::file_name`]); and writing files byte-identical
+//!   to prometheus_client's ([`format::writer`]).
+//! * [`model`]: the vocabulary every stage shares: metric families, samples,
+//!   labels, and Go's float formatting ([`model::float`]).
+//! * [`merge`]: records of many files → [`model::MetricFamily`] list, exactly
+//!   as prometheus_client's `MultiProcessCollector` merges them, planned once
+//!   and re-evaluated cheaply on every scrape (no I/O).
+//! * [`source`]: the I/O: lists directories, follows links by policy
+//!   ([`source::link_policy`]), reads files incrementally and through
+//!   long-lived maps (`source::mapped`, the crate's only `unsafe`), and reports
+//!   bad files with a stable reason instead of failing.
+//! * [`transform`]: the YAML configuration, read raw then validated
+//!   ([`transform::config`]); filtering, renaming and constant labels; several
+//!   directories' families combined into one list ([`transform::combine`]).
+//! * [`expose`]: families → the exact bytes of prometheus_client's text and
+//!   OpenMetrics encoders ([`expose::encode`]), and content negotiation
+//!   ([`expose::negotiate`]).
+//! * [`pipeline`]: collect → transform → encode, the one path both `dump` and
+//!   `serve` take; a parent's subdirectories read as one pod each
+//!   ([`pipeline::subdirectories`]).
 //! * [`server`]: the HTTP sidecar (`multiproc-exporter serve`).
 //! * [`cli`]: the command-line interface of the `multiproc-exporter` binary.
+//! * [`demo`]: a vLLM-like simulator that writes real multiprocess files
+//!   (`multiproc-exporter demo`).
 //!
 //! Deliberate differences from prometheus_client are listed in
 //! `docs/differences.md`.

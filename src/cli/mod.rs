@@ -144,7 +144,7 @@ pub struct DumpArgs {
     #[arg(long, env = "MULTIPROC_EXPORTER_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Treat every PATH as a parent directory whose subdirectories are each
-    /// merged on their own and labelled NAME="<subdirectory name>", as
+    /// merged on their own and labelled with NAME set to the subdirectory name, as
     /// `serve --dir.subdirectories-label` does.
     #[arg(
         long = "subdirectories-label",

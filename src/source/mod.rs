@@ -8,7 +8,7 @@
 //! replaced or extended, and evaluates the merge on the current values.
 //!
 //! A file is read whole with `pread` the first time and whenever it grew;
-//! after that it stays mapped read-only ([`crate::source::mapped`], which also guards
+//! after that it stays mapped read-only (`source::mapped`, which also guards
 //! against files that shrink under the map), so reading an unchanged file
 //! costs no system call at all: the listing's inode number (from `readdir`)
 //! tells that the path still names the same file, and the `used` header and
