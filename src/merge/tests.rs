@@ -1,0 +1,253 @@
+//! Unit tests of the merge against prometheus_client's semantics.
+
+use super::*;
+use crate::format::file_name::FileName;
+use crate::model::float::go_float_string;
+use crate::model::MetricFamily;
+
+fn key(family: &str, sample: &str, labels: &[(&str, &str)], help: &str) -> Vec<u8> {
+    let labels: Vec<String> = labels
+        .iter()
+        .map(|(k, v)| format!("\"{k}\": \"{v}\""))
+        .collect();
+    format!(
+        "[\"{family}\", \"{sample}\", {{{}}}, \"{help}\"]",
+        labels.join(", ")
+    )
+    .into_bytes()
+}
+
+fn file(name: &str, records: Vec<(Vec<u8>, f64, f64)>) -> (FileName, Vec<(Vec<u8>, f64, f64)>) {
+    (FileName::parse(name), records)
+}
+
+fn lines(families: &[MetricFamily]) -> Vec<String> {
+    families
+        .iter()
+        .flat_map(|f| {
+            f.samples.iter().map(|s| {
+                let labels: Vec<String> =
+                    s.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                format!(
+                    "{}{{{}}} {}",
+                    s.name,
+                    labels.join(","),
+                    go_float_string(s.value)
+                )
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn counters_add_in_file_order() {
+    let (families, problems) = merge_records(
+        &[
+            file(
+                "counter_1.db",
+                vec![(key("c", "c_total", &[], "h"), 1.0, 0.0)],
+            ),
+            file(
+                "counter_2.db",
+                vec![(key("c", "c_total", &[], "other help"), 2.0, 0.0)],
+            ),
+        ],
+        true,
+    );
+    assert!(problems.is_empty());
+    assert_eq!(&*families[0].help, "h");
+    assert_eq!(lines(&families), ["c_total{} 3.0"]);
+}
+
+#[test]
+fn histogram_buckets_union_and_accumulate() {
+    let h = |le: &str| key("h", "h_bucket", &[("le", le)], "h");
+    let (families, _) = merge_records(
+        &[
+            file(
+                "histogram_1.db",
+                vec![
+                    (key("h", "h_sum", &[], "h"), 1.5, 0.0),
+                    (h("1.0"), 1.0, 0.0),
+                    (h("2.0"), 0.0, 0.0),
+                    (h("+Inf"), 0.0, 0.0),
+                ],
+            ),
+            file(
+                "histogram_2.db",
+                vec![
+                    (key("h", "h_sum", &[], "h"), 2.0, 0.0),
+                    (h("1.5"), 1.0, 0.0),
+                    (h("3"), 0.0, 0.0),
+                    (h("+Inf"), 1.0, 0.0),
+                ],
+            ),
+        ],
+        true,
+    );
+    assert_eq!(
+        lines(&families),
+        [
+            "h_sum{} 3.5",
+            "h_bucket{le=1.0} 1.0",
+            "h_bucket{le=1.5} 2.0",
+            "h_bucket{le=2.0} 2.0",
+            "h_bucket{le=3.0} 2.0",
+            "h_bucket{le=+Inf} 3.0",
+            "h_count{} 3.0",
+        ]
+    );
+}
+
+#[test]
+fn no_accumulate_keeps_raw_buckets_and_no_count() {
+    let (families, _) = merge_records(
+        &[file(
+            "histogram_1.db",
+            vec![
+                (key("h", "h_sum", &[], "h"), 1.0, 0.0),
+                (key("h", "h_bucket", &[("le", "1.0")], "h"), 1.0, 0.0),
+                (key("h", "h_bucket", &[("le", "+Inf")], "h"), 0.0, 0.0),
+            ],
+        )],
+        false,
+    );
+    assert_eq!(
+        lines(&families),
+        [
+            "h_sum{} 1.0",
+            "h_bucket{le=1.0} 1.0",
+            "h_bucket{le=+Inf} 0.0"
+        ]
+    );
+}
+
+#[test]
+fn gauge_modes() {
+    let g = |v: f64| (key("g", "g", &[], "h"), v, 0.0);
+    let run = |mode: &str| {
+        let (families, _) = merge_records(
+            &[
+                file(&format!("gauge_{mode}_1.db"), vec![g(1.0)]),
+                file(&format!("gauge_{mode}_2.db"), vec![g(2.0)]),
+            ],
+            true,
+        );
+        lines(&families)
+    };
+    assert_eq!(run("all"), ["g{pid=1} 1.0", "g{pid=2} 2.0"]);
+    assert_eq!(run("min"), ["g{} 1.0"]);
+    assert_eq!(run("livemax"), ["g{} 2.0"]);
+    assert_eq!(run("sum"), ["g{} 3.0"]);
+}
+
+#[test]
+fn mostrecent_newest_wins_ties_keep_first_never_set_is_omitted() {
+    let g = |labels: &[(&str, &str)], v: f64, ts: f64| (key("g", "g", labels, "h"), v, ts);
+    let (families, _) = merge_records(
+        &[
+            file(
+                "gauge_mostrecent_1.db",
+                vec![g(&[("l", "a")], 1.0, 0.0), g(&[("l", "b")], 5.0, 10.0)],
+            ),
+            file(
+                "gauge_mostrecent_2.db",
+                vec![g(&[("l", "a")], 2.0, 7.0), g(&[("l", "b")], 6.0, 10.0)],
+            ),
+        ],
+        true,
+    );
+    // Group b is stored first (file 1), then a (file 2).
+    assert_eq!(lines(&families), ["g{l=b} 5.0", "g{l=a} 2.0"]);
+
+    let (families, _) = merge_records(
+        &[file("gauge_mostrecent_1.db", vec![g(&[], 1.0, 0.0)])],
+        true,
+    );
+    assert_eq!(families.len(), 1);
+    assert!(families[0].samples.is_empty());
+}
+
+#[test]
+fn sum_of_negative_zero_is_positive_zero() {
+    let g = (key("g", "g", &[], "h"), -0.0, 0.0);
+    let (families, _) = merge_records(&[file("gauge_sum_1.db", vec![g.clone()])], true);
+    assert!(families[0].samples[0].value.is_sign_positive());
+    let (families, _) = merge_records(&[file("gauge_max_1.db", vec![g])], true);
+    assert!(families[0].samples[0].value.is_sign_negative());
+}
+
+#[test]
+fn last_gauge_file_decides_the_mode() {
+    let g = |v: f64| (key("g", "g", &[], "h"), v, 0.0);
+    let (families, _) = merge_records(
+        &[
+            file("gauge_all_1.db", vec![g(1.0)]),
+            file("gauge_sum_2.db", vec![g(2.0)]),
+            file("gauge_max_3.db", vec![g(3.0)]),
+        ],
+        true,
+    );
+    assert_eq!(lines(&families), ["g{} 3.0"]);
+}
+
+#[test]
+fn user_pid_label_is_replaced_in_all_mode_and_dropped_otherwise() {
+    let g = (key("g", "g", &[("pid", "user")], "h"), 1.0, 0.0);
+    let (families, _) = merge_records(&[file("gauge_all_7.db", vec![g.clone()])], true);
+    assert_eq!(lines(&families), ["g{pid=7} 1.0"]);
+    let (families, _) = merge_records(&[file("gauge_min_7.db", vec![g])], true);
+    assert_eq!(lines(&families), ["g{} 1.0"]);
+}
+
+#[test]
+fn bad_files_are_left_out_whole() {
+    let good = file(
+        "counter_1.db",
+        vec![(key("c", "c_total", &[], "h"), 1.0, 0.0)],
+    );
+    let (families, problems) = merge_records(
+        &[
+            good.clone(),
+            file("foo_2.db", vec![(key("c", "c_total", &[], "h"), 5.0, 0.0)]),
+            file(
+                "counter_3.db",
+                vec![
+                    (key("c", "c_total", &[], "h"), 5.0, 0.0),
+                    (b"junk".to_vec(), 1.0, 0.0),
+                ],
+            ),
+            file("gauge_4.db", vec![(key("g", "g", &[], "h"), 5.0, 0.0)]),
+            file(
+                "histogram_5.db",
+                vec![(key("h", "h_bucket", &[("le", "abc")], "h"), 5.0, 0.0)],
+            ),
+        ],
+        true,
+    );
+    assert_eq!(lines(&families), ["c_total{} 1.0"]);
+    let bad: Vec<usize> = problems.iter().map(|(i, _)| *i).collect();
+    assert_eq!(bad, [1, 2, 3, 4]);
+}
+
+#[test]
+fn python_float_forms() {
+    assert_eq!(python_float("1.0"), Some(1.0));
+    assert_eq!(python_float(" +Inf "), Some(f64::INFINITY));
+    assert_eq!(python_float("-infinity"), Some(f64::NEG_INFINITY));
+    assert_eq!(python_float("1e+010"), Some(1e10));
+    assert_eq!(python_float("1_0"), Some(10.0));
+    assert_eq!(python_float("1__0"), None);
+    assert_eq!(python_float("_1"), None);
+    assert_eq!(python_float(".5"), Some(0.5));
+    assert_eq!(python_float("5."), Some(5.0));
+    assert_eq!(python_float("."), None);
+    assert_eq!(python_float(""), None);
+    assert_eq!(python_float("0x10"), None);
+    assert!(python_float("nan").is_some_and(f64::is_nan));
+    assert_eq!(python_float("\u{661}\u{662}.5"), Some(12.5));
+    assert_eq!(python_float("\u{ff11}"), Some(1.0));
+    assert_eq!(python_float("\u{a0}2\u{2003}"), Some(2.0));
+    assert_eq!(python_float("\u{669}\u{66a}"), None);
+    assert_eq!(python_float("1 0"), None);
+}
