@@ -32,7 +32,8 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
 use multiproc_exporter::expose::encode::{encode, Escaping, Format};
 use multiproc_exporter::format::writer::{FileKind, MetricsFile};
-use multiproc_exporter::source::{Collection, Input, Reader};
+use multiproc_exporter::pipeline::{Collection, Collector};
+use multiproc_exporter::source::Input;
 
 /// The benchmarked directories: (label, live processes, dead processes).
 const CASES: [(&str, usize, usize); 5] = [
@@ -47,7 +48,7 @@ const CASES: [(&str, usize, usize); 5] = [
 struct Case {
     _dir: tempfile::TempDir,
     inputs: Vec<Input>,
-    reader: Reader,
+    reader: Collector,
     touch: Vec<MetricsFile>,
     round: u64,
 }
@@ -63,7 +64,7 @@ impl Case {
             .expect("create a fixture directory");
         let summary = fixture::generate(dir.path(), processes, dead, 1).expect("write the fixture");
         let inputs = vec![Input::Directory(dir.path().to_path_buf())];
-        let mut reader = Reader::new();
+        let mut reader = Collector::new();
         let first = reader.collect(&inputs);
         assert!(first.problems.is_empty(), "{:?}", first.problems);
         assert_eq!(first.stats.files_merged, summary.files);
@@ -97,7 +98,7 @@ impl Case {
 }
 
 /// One scrape: collect and encode as `generate_latest` would.
-fn scrape(reader: &mut Reader, inputs: &[Input]) -> (Collection, Vec<u8>) {
+fn scrape(reader: &mut Collector, inputs: &[Input]) -> (Collection, Vec<u8>) {
     let collection = reader.collect(inputs);
     let body = encode(&collection.families, Format::Text, Escaping::Underscores);
     (collection, body)
@@ -206,7 +207,7 @@ fn bench_cold(c: &mut Criterion, fixtures: &Fixtures) {
                 b.iter_custom(|iters| {
                     let mut timed = Duration::ZERO;
                     for _ in 0..iters {
-                        let mut reader = Reader::new();
+                        let mut reader = Collector::new();
                         let start = Instant::now();
                         let out = scrape(&mut reader, &case.inputs);
                         timed += start.elapsed();

@@ -24,7 +24,8 @@ use clap::{Parser, ValueEnum};
 use flate2::write::GzEncoder;
 use flate2::Compression;
 use multiproc_exporter::expose::encode::{encode, Escaping, Format};
-use multiproc_exporter::source::{CollectStats, Input, Reader};
+use multiproc_exporter::pipeline::{CollectStats, Collector};
+use multiproc_exporter::source::Input;
 use serde_json::{json, Value};
 
 /// Exposition format to encode.
@@ -97,7 +98,7 @@ fn scrape_loop(args: &Args) -> Result<Value, String> {
         FormatArg::Text => Format::Text,
         FormatArg::Openmetrics => Format::OpenMetrics,
     };
-    let mut reader = Reader::new();
+    let mut reader = Collector::new();
     let cpu_start = cpu_ns();
 
     let start = Instant::now();

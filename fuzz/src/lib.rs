@@ -27,7 +27,8 @@ use multiproc_exporter::format::layout::{
 };
 use multiproc_exporter::merge::{merge_records, plan, KeyId, KeyStore, PlanInput, RawRecord};
 use multiproc_exporter::model::{MetricFamily, MetricType};
-use multiproc_exporter::source::{Input, Reader};
+use multiproc_exporter::pipeline::Collector;
+use multiproc_exporter::source::Input;
 use multiproc_exporter::transform::combine::{combine, ConflictReason, Part};
 use multiproc_exporter::transform::config::{Config, ConfigFile, FilterSection, Naming};
 use multiproc_exporter::{format::writer, transform};
@@ -721,7 +722,7 @@ pub fn dir_reader(data: &[u8]) {
         .prefix("mpe-fuzz-")
         .tempdir_in(base)
         .expect("temporary directory");
-    let mut reader = Reader::new();
+    let mut reader = Collector::new();
     let inputs = [Input::Directory(dir.path().to_path_buf())];
     // Bytes of every file as of the last collection (what the reader may have cached).
     let mut previous: BTreeMap<String, Vec<u8>> = BTreeMap::new();
@@ -853,7 +854,7 @@ fn keys_kept(old: &[u8], new: &[u8]) -> bool {
 /// order the reader listed them.
 fn compare_with_pure_merge(
     dir: &Path,
-    collection: &multiproc_exporter::source::Collection,
+    collection: &multiproc_exporter::pipeline::Collection,
     current: &BTreeMap<String, Vec<u8>>,
 ) {
     let listed: Vec<String> = std::fs::read_dir(dir)

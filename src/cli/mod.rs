@@ -13,9 +13,10 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::expose::encode::{encode, Escaping, Format};
 use crate::pipeline::subdirectories::SubdirectoryReader;
+use crate::pipeline::Collector;
 use crate::server::{self, ServeArgs};
 use crate::source::link_policy::LinkPolicy;
-use crate::source::{Input, Reader, SkipReason};
+use crate::source::{Input, SkipReason};
 use crate::transform;
 use crate::transform::config::Config;
 
@@ -265,7 +266,7 @@ fn dump(args: DumpArgs) -> ExitCode {
     let (inputs, collection) = match args.subdirectories_label {
         None => {
             let inputs: Vec<Input> = paths.into_iter().map(Input::detect).collect();
-            let collection = Reader::with_link_policy(link_policy).collect(&inputs);
+            let collection = Collector::with_link_policy(link_policy).collect(&inputs);
             (inputs, collection)
         }
         Some(label) => {

@@ -11,7 +11,7 @@
 //!   integers, not strings.
 //! * [`MergePlan::evaluate`] runs the arithmetic on the current values, in the
 //!   same operation order as Python (so sums are bit-identical), and builds the
-//!   [`MetricFamily`] list. A scrape of a directory whose structure did not
+//!   [`crate::model::MetricFamily`] list. A scrape of a directory whose structure did not
 //!   change only evaluates.
 //!
 //! Semantics reproduced (see `../shared/research/prometheus_client_multiproc.md` §3):
@@ -23,6 +23,7 @@
 //! `all` gauges get a `pid` label; `mostrecent` takes the strictly newest
 //! timestamp and omits never-set series; everything keeps first-seen order.
 
+mod cache;
 mod keys;
 mod plan;
 mod python_float;
@@ -32,6 +33,7 @@ mod tests;
 
 use thiserror::Error;
 
+pub use cache::{MergeInput, Merged, PlanCache};
 pub use keys::{KeyId, KeyStore};
 pub use plan::{plan, MergePlan, PlanInput, Planned, ShapeMismatch};
 pub use python_float::python_float;

@@ -15,7 +15,7 @@ pub type RawRecord = (Vec<u8>, f64, f64);
 /// timestamp)`. Returns the families and the inputs left out with their
 /// errors (a key that does not decode leaves its whole file out). This is the
 /// simple entry point for tests and one-shot tools; servers keep a
-/// [`KeyStore`] and a [`MergePlan`] across scrapes instead.
+/// [`KeyStore`] and a [`super::PlanCache`] across scrapes instead.
 pub fn merge_records(
     files: &[(FileName, Vec<RawRecord>)],
     accumulate: bool,

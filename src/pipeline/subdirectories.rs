@@ -15,7 +15,7 @@
 //!
 //! [`SubdirectoryReader`] lists each parent's immediate subdirectories on
 //! every collection (in byte order of their names; names starting with `.`
-//! are skipped), reads and merges each with its own [`Reader`], exactly as
+//! are skipped), reads and merges each with its own [`Collector`], exactly as
 //! prometheus_client would merge that directory alone, and combines the
 //! results with [`crate::transform::combine`], labelling every sample with the
 //! subdirectory's name. Subdirectories that appear are read from the next
@@ -27,8 +27,9 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::pipeline::{CollectStats, Collection, Collector};
 use crate::source::link_policy::LinkPolicy;
-use crate::source::{CollectStats, Collection, Input, Problem, Reader, SkipReason};
+use crate::source::{Input, Problem, SkipReason};
 use crate::transform::combine::{combine, Conflict, Part};
 
 /// Reads every subdirectory of the parents as its own metrics directory.
@@ -39,7 +40,7 @@ pub struct SubdirectoryReader {
     /// Which symbolic links the subdirectories' readers follow.
     link_policy: LinkPolicy,
     /// One reader per subdirectory seen at the last collection.
-    readers: BTreeMap<PathBuf, Reader>,
+    readers: BTreeMap<PathBuf, Collector>,
 }
 
 /// The result of one [`SubdirectoryReader::collect`].
@@ -84,14 +85,14 @@ impl SubdirectoryReader {
         self.label.clone()
     }
 
-    /// [`Reader::recheck`] for a file of one of the subdirectories.
+    /// [`Collector::recheck`] for a file of one of the subdirectories.
     pub fn recheck(&mut self, path: &Path) {
         if let Some(reader) = path.parent().and_then(|dir| self.readers.get_mut(dir)) {
             reader.recheck(path);
         }
     }
 
-    /// [`Reader::recheck_all`] for every subdirectory.
+    /// [`Collector::recheck_all`] for every subdirectory.
     pub fn recheck_all(&mut self) {
         for reader in self.readers.values_mut() {
             reader.recheck_all();
@@ -137,7 +138,7 @@ impl SubdirectoryReader {
                 Some(reader) => reader,
                 None => {
                     out.appeared.push(path.clone());
-                    Reader::with_link_policy(self.link_policy)
+                    Collector::with_link_policy(self.link_policy)
                 }
             };
             let collection = reader.collect(&[Input::Directory(path.clone())]);

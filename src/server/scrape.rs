@@ -23,8 +23,9 @@ use std::time::Instant;
 use crate::expose::encode::{encode, Escaping, Format};
 use crate::model::MetricFamily;
 use crate::pipeline::subdirectories::SubdirectoryReader;
+use crate::pipeline::{Collection, Collector};
 use crate::source::link_policy::LinkPolicy;
-use crate::source::{Collection, Input, Problem, Reader, SkipReason};
+use crate::source::{Input, Problem, SkipReason};
 use crate::transform;
 use crate::transform::config::Config;
 
@@ -43,7 +44,7 @@ pub(crate) struct Scraper {
 }
 
 /// Files the watcher saw modified since the last collection: their maps are
-/// checked with `stat` before being trusted again (see [`Reader::recheck`]).
+/// checked with `stat` before being trusted again (see [`crate::source::Reader::recheck`]).
 #[derive(Debug, Default)]
 struct Rechecks {
     all: bool,
@@ -64,7 +65,7 @@ struct InFlight {
 
 #[derive(Debug, Default)]
 struct ScrapeState {
-    reader: Reader,
+    reader: Collector,
     /// With `--dir.subdirectories-label`: reads each subdirectory of the
     /// directories on its own instead of `reader`.
     per_subdirectory: Option<SubdirectoryReader>,
@@ -99,7 +100,7 @@ impl Scraper {
         Self {
             inputs: dirs.iter().cloned().map(Input::Directory).collect(),
             state: Mutex::new(ScrapeState {
-                reader: Reader::with_link_policy(link_policy),
+                reader: Collector::with_link_policy(link_policy),
                 per_subdirectory: subdirectories_label
                     .map(|label| SubdirectoryReader::new(dirs.to_vec(), label, link_policy)),
                 ..ScrapeState::default()
@@ -232,7 +233,7 @@ impl Scraper {
             tracing::error!(
                 "Reading the metric files panicked (a bug); serving no merged metrics this time."
             );
-            state.reader = Reader::with_link_policy(self.link_policy);
+            state.reader = Collector::with_link_policy(self.link_policy);
             if let Some(reader) = &mut state.per_subdirectory {
                 *reader = SubdirectoryReader::new(
                     reader.parents().to_vec(),

@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use crate::pipeline::subdirectories::SubdirectoryReader;
-use crate::source::Collection;
+use crate::pipeline::Collection;
 
 /// What was last logged about one conflict: (family or path, subdirectory,
 /// reason label).

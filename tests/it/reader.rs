@@ -4,12 +4,13 @@
 
 use multiproc_exporter::expose::encode::{encode, Escaping, Format};
 use multiproc_exporter::format::writer::{GaugeMode, ProcessWriter};
-use multiproc_exporter::source::{Input, Reader};
+use multiproc_exporter::pipeline::Collector;
+use multiproc_exporter::source::Input;
 
 fn text(
-    reader: &mut Reader,
+    reader: &mut Collector,
     dir: &std::path::Path,
-) -> (String, multiproc_exporter::source::CollectStats) {
+) -> (String, multiproc_exporter::pipeline::CollectStats) {
     let collection = reader.collect(&[Input::Directory(dir.to_path_buf())]);
     let body = encode(&collection.families, Format::Text, Escaping::Underscores);
     (String::from_utf8(body).expect("utf-8"), collection.stats)
@@ -29,7 +30,7 @@ fn unchanged_directory_decodes_nothing_and_reuses_the_plan() {
             .expect("gauge");
         gauge.set(&mut writer, pid as f64).expect("set");
     }
-    let mut reader = Reader::new();
+    let mut reader = Collector::new();
     let (first, stats) = text(&mut reader, dir.path());
     assert!(
         first.contains("requests_total{code=\"200\"} 6.0\n"),
@@ -57,7 +58,7 @@ fn values_written_in_place_are_read_on_every_collection() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut writer = ProcessWriter::new(dir.path(), 7);
     let counter = writer.counter("c", "h", &[]).expect("counter");
-    let mut reader = Reader::new();
+    let mut reader = Collector::new();
     for expected in 1..=5 {
         counter.inc(&mut writer, 1.0).expect("inc");
         let (body, stats) = text(&mut reader, dir.path());
@@ -77,7 +78,7 @@ fn appended_records_are_decoded_incrementally() {
         .expect("counter")
         .inc(&mut writer, 1.0)
         .expect("inc");
-    let mut reader = Reader::new();
+    let mut reader = Collector::new();
     let (_, stats) = text(&mut reader, dir.path());
     assert_eq!(stats.keys_decoded, 1);
     writer
@@ -98,7 +99,7 @@ fn appended_records_are_decoded_incrementally() {
 fn growth_past_64_kib_is_followed() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut writer = ProcessWriter::new(dir.path(), 1);
-    let mut reader = Reader::new();
+    let mut reader = Collector::new();
     let mut total = 0.0;
     for i in 0..1500 {
         let value = i.to_string();
@@ -132,7 +133,7 @@ fn replaced_truncated_and_deleted_files_are_noticed() {
         (r#"["c", "c_total", {"l": "b"}, "h"]"#, 2.0, 0.0),
     ]);
     std::fs::write(&path, &original).expect("write");
-    let mut reader = Reader::new();
+    let mut reader = Collector::new();
     let (body, _) = text(&mut reader, dir.path());
     assert!(body.contains("c_total{l=\"b\"} 2.0"));
 
@@ -201,7 +202,7 @@ fn files_stay_mapped_between_collections_without_descriptors_and_unmap_with_thei
             .inc(&mut writer, 1.0)
             .expect("inc");
     }
-    let mut reader = Reader::new();
+    let mut reader = Collector::new();
     let before = mapped_here();
     let (body, _) = text(&mut reader, dir.path());
     assert!(body.contains("c_total 20.0"));
@@ -229,7 +230,7 @@ fn values_written_through_the_map_after_a_collection_are_read_by_the_next() {
     let mut writer = ProcessWriter::new(dir.path(), 7);
     let counter = writer.counter("c", "h", &[]).expect("counter");
     counter.inc(&mut writer, 1.0).expect("inc");
-    let mut reader = Reader::new();
+    let mut reader = Collector::new();
     let (body, _) = text(&mut reader, dir.path());
     assert!(body.contains("c_total 1.0\n"), "{body}");
     for i in 2..50 {
@@ -262,7 +263,7 @@ fn file_shrunk_under_its_map_is_reported_not_fatal() {
     let bytes = multiproc_exporter::format::writer::file_bytes(&borrowed);
     assert!(bytes.len() > 3 * 4096);
     std::fs::write(&path, &bytes).expect("write");
-    let mut reader = Reader::new();
+    let mut reader = Collector::new();
     let (body, _) = text(&mut reader, dir.path());
     assert_eq!(body.matches("c_total{").count(), 400);
     // Shrink in place to one page: the values on the later pages are gone.
@@ -299,7 +300,7 @@ fn large_directories_load_values_on_two_threads_and_survive_a_shrunk_file() {
     // 200 files x 400 records = 80,000 values: above the two-thread threshold.
     let dir = tempfile::tempdir().expect("tempdir");
     counter_files(dir.path(), 200, 400);
-    let mut reader = Reader::new();
+    let mut reader = Collector::new();
     let (first, _) = text(&mut reader, dir.path());
     assert!(first.contains("c_total{i=\"399\"} 200.0\n"), "{first}");
     let (steady, stats) = text(&mut reader, dir.path());
@@ -341,7 +342,7 @@ fn files_added_to_a_long_unchanged_directory_are_listed() {
             .expect("set mtime");
     };
     set_old();
-    let mut reader = Reader::new();
+    let mut reader = Collector::new();
     let (body, _) = text(&mut reader, dir.path());
     assert!(body.contains("c_total{i=\"0\"} 2.0\n"), "{body}");
     let (body, _) = text(&mut reader, dir.path());

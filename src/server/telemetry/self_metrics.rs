@@ -22,7 +22,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use crate::model::{Labels, MetricFamily, MetricType, Sample};
-use crate::source::{CollectStats, Problem, SkipReason};
+use crate::pipeline::CollectStats;
+use crate::source::{Problem, SkipReason};
 
 use crate::server::telemetry::process::ProcessCollector;
 use crate::server::telemetry::web_metrics::WebMetrics;

@@ -1,0 +1,197 @@
+//! Listing the inputs: directories in `readdir` order (their `*.db` entries,
+//! as Python's `glob` takes them), links checked against the [`LinkPolicy`],
+//! and a settled directory's listing reused while it is unchanged.
+
+use std::io;
+use std::os::unix::fs::{DirEntryExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use rustc_hash::FxHashMap;
+
+use super::link_policy::{LinkCheck, LinkPolicy};
+use super::{Input, Problem, ReadStats, SkipReason};
+use crate::format::file_name::is_listed_name;
+
+/// A file to read, as listed.
+#[derive(Debug)]
+pub(super) struct Listed {
+    pub(super) path: PathBuf,
+    /// The inode number `readdir` gave for an entry that is a regular file
+    /// (not a link), which identifies the file without a `stat`.
+    pub(super) inode: Option<u64>,
+}
+
+/// A directory's `*.db` entries as last listed.
+#[derive(Debug)]
+pub(super) struct CachedListing {
+    device: u64,
+    inode: u64,
+    modified: (i64, i64),
+    entries: Vec<ListedEntry>,
+}
+
+/// One entry of a [`CachedListing`].
+#[derive(Debug)]
+struct ListedEntry {
+    path: PathBuf,
+    /// The inode number of a regular file (see [`Listed::inode`]).
+    inode: Option<u64>,
+    is_link: bool,
+}
+
+/// How long a directory must have been unchanged before its listing is
+/// reused: file-system timestamps advance in ticks (a few milliseconds), so
+/// an entry added in the same tick as the last change could leave the
+/// modification time as it was. Once the last change is older than this when
+/// the directory is listed, any later change gives a new modification time.
+const LISTING_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Expands inputs into the ordered list of files to read.
+///
+/// A directory whose identity and modification time are those of its last
+/// listing, made when its last change was already [`LISTING_SETTLE`] old, is
+/// not listed again: one `stat` replaces reading every entry (adding,
+/// removing or renaming an entry always changes the directory's modification
+/// time). Links are checked against the policy on every call.
+pub(super) fn list_inputs(
+    inputs: &[Input],
+    link_policy: LinkPolicy,
+    listings: &mut FxHashMap<PathBuf, CachedListing>,
+    stats: &mut ReadStats,
+    problems: &mut Vec<(usize, Problem)>,
+) -> Vec<Listed> {
+    let mut paths = Vec::new();
+    listings.retain(|dir, _| inputs.iter().any(|i| i.path() == dir));
+    for input in inputs {
+        let dir = match input {
+            Input::File(path) => {
+                paths.push(Listed {
+                    path: path.clone(),
+                    inode: None,
+                });
+                continue;
+            }
+            Input::Directory(dir) => dir,
+        };
+        let listed_at = std::time::SystemTime::now();
+        let identity = std::fs::metadata(dir)
+            .ok()
+            .filter(|m| m.is_dir())
+            .map(|m| (m.dev(), m.ino(), (m.mtime(), m.mtime_nsec())));
+        let unchanged = identity.is_some_and(|(device, inode, modified)| {
+            listings
+                .get(dir)
+                .is_some_and(|l| l.device == device && l.inode == inode && l.modified == modified)
+        });
+        if !unchanged {
+            listings.remove(dir);
+            let Some(entries) = read_directory(dir, stats, problems, paths.len()) else {
+                continue;
+            };
+            let settled = identity.filter(|(_, _, (secs, nanos))| {
+                let modified = u64::try_from(*secs).ok().map(|secs| {
+                    std::time::UNIX_EPOCH
+                        + std::time::Duration::new(secs, u32::try_from(*nanos).unwrap_or(0))
+                });
+                modified.is_some_and(|m| m + LISTING_SETTLE <= listed_at)
+            });
+            let listing = CachedListing {
+                device: identity.map_or(0, |i| i.0),
+                inode: identity.map_or(0, |i| i.1),
+                modified: identity.map_or((0, 0), |i| i.2),
+                entries,
+            };
+            if settled.is_none() {
+                push_listing(&listing, dir, link_policy, &mut paths, problems);
+                continue;
+            }
+            listings.insert(dir.clone(), listing);
+        } else {
+            stats.directories_present += 1;
+        }
+        if let Some(listing) = listings.get(dir) {
+            push_listing(listing, dir, link_policy, &mut paths, problems);
+        }
+    }
+    paths
+}
+
+/// Lists the `*.db` entries of `dir` in `readdir` order, or reports why it
+/// cannot (at `position` in the problems).
+fn read_directory(
+    dir: &Path,
+    stats: &mut ReadStats,
+    problems: &mut Vec<(usize, Problem)>,
+    position: usize,
+) -> Option<Vec<ListedEntry>> {
+    match std::fs::read_dir(dir) {
+        Ok(entries) => {
+            stats.directories_present += 1;
+            let mut listed = Vec::new();
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                if !name.to_str().is_some_and(is_listed_name) {
+                    continue;
+                }
+                // `file_type` comes from `readdir` (no `stat`) on the file
+                // systems metrics live on.
+                let file_type = entry.file_type().ok();
+                listed.push(ListedEntry {
+                    path: entry.path(),
+                    inode: file_type.is_some_and(|t| t.is_file()).then(|| entry.ino()),
+                    is_link: file_type.is_some_and(|t| t.is_symlink()),
+                });
+            }
+            Some(listed)
+        }
+        Err(e) => {
+            let reason = if e.kind() == io::ErrorKind::NotFound {
+                stats.directories_missing += 1;
+                SkipReason::DirectoryMissing
+            } else {
+                stats.directories_unreadable += 1;
+                SkipReason::DirectoryUnreadable(e.to_string())
+            };
+            problems.push((
+                position,
+                Problem {
+                    path: dir.to_path_buf(),
+                    reason,
+                },
+            ));
+            None
+        }
+    }
+}
+
+/// Appends a listing's entries to `paths`, leaving out (and reporting) links
+/// that the policy does not follow.
+fn push_listing(
+    listing: &CachedListing,
+    dir: &Path,
+    link_policy: LinkPolicy,
+    paths: &mut Vec<Listed>,
+    problems: &mut Vec<(usize, Problem)>,
+) {
+    let mut links = LinkCheck::new(dir, link_policy);
+    for entry in &listing.entries {
+        let allowed = if entry.is_link {
+            links.check(&entry.path)
+        } else {
+            Ok(())
+        };
+        match allowed {
+            Ok(()) => paths.push(Listed {
+                path: entry.path.clone(),
+                inode: entry.inode,
+            }),
+            Err(reason) => problems.push((
+                paths.len(),
+                Problem {
+                    path: entry.path.clone(),
+                    reason,
+                },
+            )),
+        }
+    }
+}

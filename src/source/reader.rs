@@ -1,0 +1,515 @@
+//! Reading the listed files incrementally ([`Reader`]): a file is read whole
+//! the first time and whenever it grew, then stays mapped read-only so that
+//! an unchanged file costs no system call; only records appended since the
+//! last read are decoded.
+
+use std::ffi::{OsStr, OsString};
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use rustc_hash::FxHashMap;
+
+use super::link_policy::LinkPolicy;
+use super::listing::{list_inputs, CachedListing, Listed};
+use super::mapped::MappedFile;
+use super::{Input, Problem, ReadStats, SkipReason};
+use crate::format::file_name::FileName;
+use crate::format::layout::{
+    read_used, read_value, scan_records, LayoutError, HEADER_LEN, VALUE_LEN,
+};
+use crate::merge::{KeyId, KeyStore, MergeError, MergeInput};
+
+/// Bytes read at least on a file's first read (Python reads one page first).
+const FIRST_READ: usize = 4096;
+
+/// What is remembered about one file between collections.
+#[derive(Debug)]
+struct CachedFile {
+    device: u64,
+    inode: u64,
+    name: FileName,
+    /// Offset where record scanning stopped.
+    parsed_until: usize,
+    keys: Vec<KeyId>,
+    value_offsets: Vec<u32>,
+    values: Vec<(f64, f64)>,
+    /// Changes whenever `keys` changes; identifies the file's structure.
+    generation: u64,
+    /// Seen in the current collection.
+    seen: bool,
+    /// Check the path with `stat` before trusting the map again.
+    recheck: bool,
+    /// Its values are to be loaded from the map in this collection.
+    pending: bool,
+    /// The file mapped read-only (within the process-wide budget of maps),
+    /// so that a steady-state read is a few loads and no system call.
+    map: Option<MappedFile>,
+}
+
+/// One file that was read and can take part in the merge.
+#[derive(Debug)]
+pub struct ReadFile<'a> {
+    /// Its position in the listing (problems are reported at theirs).
+    pub position: usize,
+    /// Its path.
+    pub path: PathBuf,
+    /// What the merge needs: name, keys, values and structure generation.
+    pub merge: MergeInput<'a>,
+}
+
+/// The result of one [`Reader::read`].
+#[derive(Debug)]
+pub struct Read<'a> {
+    /// The files that can take part in the merge, in listing order.
+    pub files: Vec<ReadFile<'a>>,
+    /// Paths left out, with their listing positions.
+    pub problems: Vec<(usize, Problem)>,
+    /// Counters.
+    pub stats: ReadStats,
+}
+
+/// Reads inputs incrementally; keep one per set of inputs.
+#[derive(Debug, Default)]
+pub struct Reader {
+    /// Keyed by path bytes (hashing a `Path` walks its components).
+    files: FxHashMap<OsString, CachedFile>,
+    next_generation: u64,
+    buffer: Vec<u8>,
+    /// Which symbolic links in a directory are followed.
+    link_policy: LinkPolicy,
+    /// Directory listings, reused while a directory is unchanged.
+    listings: FxHashMap<PathBuf, CachedListing>,
+}
+
+impl Reader {
+    /// A reader with nothing cached.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A reader with nothing cached that follows symbolic links in a
+    /// directory according to `policy`.
+    pub fn with_link_policy(policy: LinkPolicy) -> Self {
+        Self {
+            link_policy: policy,
+            ..Self::default()
+        }
+    }
+
+    /// Makes the next collection check `path` with a `stat` before trusting
+    /// its map: call it when the file may have been truncated in place (the
+    /// server does on every inotify modification event for a metric file).
+    ///
+    /// Values are read through the map without any system call, so a file
+    /// that another process shrinks in place (prometheus_client never does)
+    /// is noticed by the fault it causes only when a whole page disappears;
+    /// this check notices every size change.
+    pub fn recheck(&mut self, path: &Path) {
+        if let Some(cached) = self.files.get_mut(path.as_os_str()) {
+            cached.recheck = true;
+        }
+    }
+
+    /// [`Self::recheck`] for every file (the server calls it on its periodic
+    /// rescan, for file systems that deliver no events).
+    pub fn recheck_all(&mut self) {
+        for cached in self.files.values_mut() {
+            cached.recheck = true;
+        }
+        self.listings.clear();
+    }
+
+    /// Lists and reads `inputs` (in order; directories expanded in `readdir`
+    /// order in place), decoding new keys into `store`. The files that can
+    /// take part in the merge come back in order, with the problems of the
+    /// others at their listing positions.
+    pub fn read(&mut self, inputs: &[Input], store: &mut KeyStore) -> Read<'_> {
+        let mut stats = ReadStats::default();
+        let mut problems = Vec::new();
+        let paths = list_inputs(
+            inputs,
+            self.link_policy,
+            &mut self.listings,
+            &mut stats,
+            &mut problems,
+        );
+        stats.files_listed = paths.len();
+        for cached in self.files.values_mut() {
+            cached.seen = false;
+        }
+
+        // Read every listed file: unchanged mapped files only have their
+        // values loaded (all together, below); the others are read now.
+        let mut outcomes: Vec<Option<Result<(), SkipReason>>> = Vec::with_capacity(paths.len());
+        for listed in &paths {
+            outcomes.push(if self.check_mapped(listed) {
+                None
+            } else {
+                Some(self.refresh(&listed.path, store, &mut stats))
+            });
+        }
+        if self.load_pending_values(&mut stats) {
+            // Some file shrank under its map: read those from the file.
+            for (listed, outcome) in paths.iter().zip(outcomes.iter_mut()) {
+                let unloaded = outcome.is_none()
+                    && self
+                        .files
+                        .get(listed.path.as_os_str())
+                        .is_none_or(|c| c.map.is_none());
+                if unloaded {
+                    *outcome = Some(self.refresh(&listed.path, store, &mut stats));
+                }
+            }
+        }
+
+        // Forget the files that are gone (their maps are released with them).
+        self.files.retain(|_, cached| cached.seen);
+        let mut files = Vec::with_capacity(paths.len());
+        for (position, (listed, outcome)) in paths.into_iter().zip(outcomes).enumerate() {
+            match outcome.unwrap_or(Ok(())) {
+                Ok(()) => files.push((position, listed.path)),
+                Err(reason) => {
+                    // A missing live gauge file is normal (mark_process_dead); Python skips it silently.
+                    let silent = reason == SkipReason::Vanished && is_live_gauge_path(&listed.path);
+                    if !silent {
+                        problems.push((
+                            position,
+                            Problem {
+                                path: listed.path,
+                                reason,
+                            },
+                        ));
+                    }
+                }
+            }
+        }
+        let cache = &self.files;
+        let files = files
+            .into_iter()
+            .filter_map(|(position, path)| {
+                let cached = cache.get(path.as_os_str())?;
+                Some(ReadFile {
+                    position,
+                    merge: MergeInput {
+                        name: &cached.name,
+                        keys: &cached.keys,
+                        values: &cached.values,
+                        generation: cached.generation,
+                    },
+                    path,
+                })
+            })
+            .collect();
+        Read {
+            files,
+            problems,
+            stats,
+        }
+    }
+
+    /// The steady-state fast path: whether the listed entry is the file
+    /// mapped last time, has not grown and was good. If so, its values are
+    /// left to [`Self::load_pending_values`]; if not, it must be read with
+    /// [`Self::refresh`].
+    fn check_mapped(&mut self, listed: &Listed) -> bool {
+        let Some(inode) = listed.inode else {
+            return false;
+        };
+        let Some(cached) = self.files.get_mut(listed.path.as_os_str()) else {
+            return false;
+        };
+        if cached.inode != inode {
+            return false;
+        }
+        let Some(map) = &cached.map else {
+            return false;
+        };
+        if std::mem::take(&mut cached.recheck) {
+            let same = std::fs::metadata(&listed.path).is_ok_and(|meta| {
+                meta.ino() == inode && usize::try_from(meta.len()).is_ok_and(|len| len >= map.len())
+            });
+            if !same {
+                cached.map = None;
+                return false;
+            }
+        }
+        let used = match map.load_i32(0) {
+            Some(Ok(0)) => HEADER_LEN,
+            Some(Ok(used)) => usize::try_from(used).unwrap_or(0),
+            Some(Err(_)) | None => 0,
+        };
+        if used != cached.parsed_until || used > map.len() {
+            // Grown, shrunk or corrupt: read it again from the file.
+            cached.map = None;
+            return false;
+        }
+        cached.seen = true;
+        cached.pending = true;
+        true
+    }
+
+    /// Loads the values of every file [`Self::check_mapped`] accepted, from
+    /// their maps. The loads are memory-bound (each value sits on its own
+    /// cache line), so a large directory is split between two threads, which
+    /// halves the wait when a second core is free. A file whose map faults
+    /// (it shrank) loses its map; the caller reads it from the file. Returns
+    /// whether that happened to any file.
+    fn load_pending_values(&mut self, stats: &mut ReadStats) -> bool {
+        let mut pending: Vec<&mut CachedFile> = self
+            .files
+            .values_mut()
+            .filter_map(|c| std::mem::take(&mut c.pending).then_some(c))
+            .collect();
+        let total: usize = pending.iter().map(|c| c.value_offsets.len()).sum();
+        stats.bytes_read += pending
+            .iter()
+            .map(|c| (HEADER_LEN + c.value_offsets.len() * VALUE_LEN) as u64)
+            .sum::<u64>();
+        if total >= PARALLEL_LOAD_VALUES && available_cores() > 1 {
+            // Split where half of the values are.
+            let mut seen = 0;
+            let split = pending
+                .iter()
+                .position(|c| {
+                    seen += c.value_offsets.len();
+                    seen * 2 >= total
+                })
+                .map_or(pending.len(), |i| i + 1);
+            let (first, second) = pending.split_at_mut(split);
+            // The helper thread takes `second` through a lock, so that this
+            // thread can still load it if the thread cannot start or panics.
+            let second = std::sync::Mutex::new(second);
+            let done = std::sync::atomic::AtomicBool::new(false);
+            std::thread::scope(|scope| {
+                let helper = std::thread::Builder::new()
+                    .name("multiproc-exporter-load".into())
+                    .spawn_scoped(scope, || {
+                        let mut second = second.lock().unwrap_or_else(|e| e.into_inner());
+                        load_values(&mut second);
+                        done.store(true, std::sync::atomic::Ordering::Release);
+                    });
+                load_values(first);
+                if let Ok(handle) = helper {
+                    let _ = handle.join();
+                }
+            });
+            if !done.load(std::sync::atomic::Ordering::Acquire) {
+                let mut second = second.lock().unwrap_or_else(|e| e.into_inner());
+                load_values(&mut second);
+            }
+        } else {
+            load_values(&mut pending);
+        }
+        pending.iter().any(|c| c.map.is_none())
+    }
+
+    /// Brings the cached state of `path` up to date; `Err` if it must be left out.
+    fn refresh(
+        &mut self,
+        path: &Path,
+        store: &mut KeyStore,
+        stats: &mut ReadStats,
+    ) -> Result<(), SkipReason> {
+        let base_name = path
+            .file_name()
+            .map(OsStr::to_string_lossy)
+            .unwrap_or_default();
+        let name = FileName::parse(&base_name);
+        // `stat` first: it follows links like `open`, rules out FIFOs and
+        // directories without opening them, and tells whether the descriptor
+        // kept from the last collection still belongs to this path.
+        let meta = std::fs::metadata(path).map_err(io_reason)?;
+        if !meta.file_type().is_file() {
+            return Err(SkipReason::NotRegularFile);
+        }
+        // The name alone rules out another program's `app.db`: don't parse it.
+        if name.metric_type.is_none() {
+            return Err(SkipReason::Merge(MergeError::UnknownType {
+                prefix: name.type_prefix,
+            }));
+        }
+        let file = open_read_only(path)?;
+        // The path may have been replaced since `stat`: trust the descriptor.
+        let meta = file.metadata().map_err(io_reason)?;
+        if !meta.file_type().is_file() {
+            return Err(SkipReason::NotRegularFile);
+        }
+        let mut file_len = usize::try_from(meta.len()).unwrap_or(usize::MAX);
+
+        // One read in the steady state: as much as was used last time (at least
+        // a page, like Python's first read), then the rest if the file grew.
+        let previous = self
+            .files
+            .get(path.as_os_str())
+            .filter(|c| c.device == meta.dev() && c.inode == meta.ino())
+            .map_or(0, |c| c.parsed_until);
+        let first = previous.max(FIRST_READ).min(file_len);
+        self.buffer.resize(first, 0);
+        let mut got = read_fully_at(&file, &mut self.buffer[..first], 0).map_err(io_reason)?;
+        let used = match read_used(&self.buffer[..got], file_len) {
+            // A writer grew the file (and then `used`) after it was measured:
+            // measure again before calling the header bad.
+            Err(LayoutError::UsedBeyondFile { .. }) => {
+                let grown = file.metadata().map_err(io_reason)?.len();
+                file_len = usize::try_from(grown).unwrap_or(usize::MAX);
+                read_used(&self.buffer[..got], file_len)
+            }
+            other => other,
+        }
+        .map_err(SkipReason::Layout)?;
+        let used = used.unwrap_or(HEADER_LEN);
+        if used > got {
+            self.buffer.resize(used, 0);
+            got +=
+                read_fully_at(&file, &mut self.buffer[got..used], got as u64).map_err(io_reason)?;
+        }
+        stats.bytes_read += got as u64;
+        if got < used {
+            // Truncated between fstat and read.
+            return Err(SkipReason::Layout(LayoutError::UsedBeyondFile {
+                used,
+                len: got,
+            }));
+        }
+
+        let still_valid = self.files.get(path.as_os_str()).is_some_and(|c| {
+            c.device == meta.dev() && c.inode == meta.ino() && used >= c.parsed_until
+        });
+        if !still_valid {
+            let generation = self.next_generation;
+            self.next_generation += 1;
+            self.files.insert(
+                path.as_os_str().to_os_string(),
+                CachedFile {
+                    device: meta.dev(),
+                    inode: meta.ino(),
+                    name,
+                    parsed_until: HEADER_LEN,
+                    keys: Vec::new(),
+                    value_offsets: Vec::new(),
+                    values: Vec::new(),
+                    generation,
+                    seen: true,
+                    recheck: false,
+                    pending: false,
+                    map: None,
+                },
+            );
+        }
+        let cached = self
+            .files
+            .get_mut(path.as_os_str())
+            .ok_or(SkipReason::Vanished)?;
+        cached.seen = true;
+
+        let data = &self.buffer[..used];
+
+        if used > cached.parsed_until {
+            let mut locations = Vec::new();
+            let scanned = scan_records(data, cached.parsed_until, used, &mut locations);
+            let mut new_keys = Vec::with_capacity(locations.len());
+            let mut failure = scanned.err().map(SkipReason::Layout);
+            if failure.is_none() {
+                for location in &locations {
+                    match store.intern(location.key(data)) {
+                        Ok(id) => new_keys.push(id),
+                        Err(e) => {
+                            failure = Some(SkipReason::Key(e));
+                            break;
+                        }
+                    }
+                }
+            }
+            // Not remembered: the same bytes are checked again next time, so
+            // a file repaired in place (or whose record bytes became visible
+            // after its `used`, on a weakly ordered CPU) is read again.
+            if let Some(reason) = failure {
+                return Err(reason);
+            }
+            cached.keys.extend(new_keys);
+            cached
+                .value_offsets
+                .extend(locations.iter().map(|l| l.value_offset as u32));
+            cached.parsed_until = used;
+            cached.generation = self.next_generation;
+            self.next_generation += 1;
+        }
+        if cached.map.as_ref().is_none_or(|m| m.len() != file_len) {
+            cached.map = MappedFile::new(&file, file_len);
+        }
+        cached.values.clear();
+        cached.values.extend(
+            cached
+                .value_offsets
+                .iter()
+                .map(|&offset| read_value(data, offset as usize)),
+        );
+        Ok(())
+    }
+}
+
+fn is_live_gauge_path(path: &Path) -> bool {
+    path.file_name()
+        .and_then(OsStr::to_str)
+        .is_some_and(|name| FileName::parse(name).is_live_gauge())
+}
+
+/// Values above which [`Reader::load_pending_values`] uses two threads (about
+/// 150 vLLM processes; below, a thread costs more than it saves).
+const PARALLEL_LOAD_VALUES: usize = 1 << 16;
+
+/// The number of cores this process may run on, read once.
+fn available_cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// Loads the values of `files` from their maps; a file whose map faults
+/// loses it (and its values).
+fn load_values(files: &mut [&mut CachedFile]) {
+    for cached in files.iter_mut() {
+        let cached = &mut **cached;
+        let loaded = cached
+            .map
+            .as_ref()
+            .and_then(|map| map.load_values(&cached.value_offsets, &mut cached.values));
+        if loaded != Some(Ok(())) {
+            cached.map = None;
+            cached.values.clear();
+        }
+    }
+}
+
+fn open_read_only(path: &Path) -> Result<File, SkipReason> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(io_reason)
+}
+
+fn io_reason(e: io::Error) -> SkipReason {
+    match e.kind() {
+        io::ErrorKind::NotFound => SkipReason::Vanished,
+        io::ErrorKind::PermissionDenied => SkipReason::PermissionDenied,
+        _ if e.raw_os_error() == Some(libc::EISDIR) => SkipReason::NotRegularFile,
+        _ if e.raw_os_error() == Some(libc::ELOOP) => SkipReason::LinkLoop,
+        _ => SkipReason::Io(e.to_string()),
+    }
+}
+
+/// Reads until `buf` is full or the file ends; returns the bytes read.
+fn read_fully_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}

@@ -1,0 +1,96 @@
+//! Why a path was left out of a collection ([`SkipReason`], with the stable
+//! label the metrics and logs use) and the report of one ([`Problem`]).
+
+use std::path::PathBuf;
+
+use crate::format::key::KeyError;
+use crate::format::layout::LayoutError;
+use crate::merge::MergeError;
+
+/// Why a file or directory was skipped. The label is stable and used as a
+/// metric label value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SkipReason {
+    /// The directory does not exist (yet).
+    DirectoryMissing,
+    /// The directory exists but cannot be listed.
+    DirectoryUnreadable(String),
+    /// The path does not exist (a file named on the command line, or a file
+    /// deleted between listing and reading).
+    Vanished,
+    /// Opening or reading failed with permission denied.
+    PermissionDenied,
+    /// Not a regular file (a directory, FIFO, socket or device named `*.db`).
+    NotRegularFile,
+    /// A symbolic link whose target is outside the metrics directory (not
+    /// followed unless the [`super::link_policy::LinkPolicy`] allows it).
+    LinkOutsideDirectory,
+    /// A symbolic link that resolves to itself (too many levels of links).
+    LinkLoop,
+    /// Any other I/O error.
+    Io(String),
+    /// The bytes do not follow the file layout.
+    Layout(LayoutError),
+    /// A record key does not decode.
+    Key(KeyError),
+    /// The file cannot be merged (unknown type, bad bucket bound, ...).
+    Merge(MergeError),
+}
+
+impl SkipReason {
+    /// A short, stable label for metrics (`reason="..."`).
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::DirectoryMissing => "directory_missing",
+            Self::DirectoryUnreadable(_) => "directory_unreadable",
+            Self::Vanished => "vanished",
+            Self::PermissionDenied => "permission_denied",
+            Self::NotRegularFile => "not_regular_file",
+            Self::LinkOutsideDirectory => "link_outside_directory",
+            Self::LinkLoop => "link_loop",
+            Self::Io(_) => "io_error",
+            Self::Layout(LayoutError::ShorterThanHeader { .. }) => "short_file",
+            Self::Layout(
+                LayoutError::UsedBelowHeader { .. } | LayoutError::UsedBeyondFile { .. },
+            ) => "bad_header",
+            Self::Layout(
+                LayoutError::NegativeKeyLength { .. } | LayoutError::RecordPastUsed { .. },
+            ) => "bad_record",
+            Self::Key(KeyError::NotUtf8) => "key_not_utf8",
+            Self::Key(KeyError::NotJson { .. }) => "key_not_json",
+            Self::Key(KeyError::WrongShape { .. } | KeyError::EmptyFamily) => "key_bad_shape",
+            Self::Merge(MergeError::UnknownType { .. }) => "unknown_type",
+            Self::Merge(MergeError::GaugeNameWithoutPid) => "bad_file_name",
+            Self::Merge(MergeError::InvalidBucketBound { .. }) => "bad_bucket_bound",
+        }
+    }
+}
+
+impl std::fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::DirectoryMissing => f.write_str("directory does not exist"),
+            Self::DirectoryUnreadable(e) => write!(f, "directory cannot be listed: {e}"),
+            Self::Vanished => f.write_str("file does not exist (deleted before it could be read)"),
+            Self::PermissionDenied => f.write_str("permission denied"),
+            Self::NotRegularFile => f.write_str("not a regular file"),
+            Self::LinkOutsideDirectory => f.write_str(
+                "symbolic link to a path outside the metrics directory (not followed without --dir.follow-links-outside)",
+            ),
+            Self::LinkLoop => f.write_str("symbolic link loop (too many levels of symbolic links)"),
+            Self::Io(e) => write!(f, "read error: {e}"),
+            Self::Layout(e) => write!(f, "corrupt file: {e}"),
+            Self::Key(e) => write!(f, "corrupt record: {e}"),
+            Self::Merge(e) => write!(f, "cannot merge: {e}"),
+        }
+    }
+}
+
+/// A path left out of a collection, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The file or directory.
+    pub path: PathBuf,
+    /// Why it was left out.
+    pub reason: SkipReason,
+}
