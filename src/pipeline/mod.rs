@@ -1,7 +1,191 @@
-//! The pipeline shared by `dump` and `serve`: collect (a directory, or a
-//! parent's subdirectories), transform, encode.
+//! The pipeline shared by `dump` and `serve`: collect (a set of directories
+//! and files, or a parent's subdirectories as one pod each), transform,
+//! encode.
+//!
+//! ```text
+//!  Source::collect ──► Gathered { families, problems, events } ──► render(config, …) ──► bytes
+//!  (source + merge)                                                 (transform + expose)
+//! ```
+//!
+//! What went wrong along the way comes back as data (problems and
+//! [`Event`]s), never as a failure: `dump` prints it, `serve` logs it once
+//! and counts it (`crate::server`'s telemetry).
 
 mod collector;
 pub mod subdirectories;
 
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
 pub use collector::{CollectStats, Collection, Collector};
+
+use crate::expose::encode::{encode, Escaping, Format};
+use crate::model::MetricFamily;
+use crate::source::link_policy::LinkPolicy;
+use crate::source::Input;
+use crate::transform::combine::Conflict;
+use crate::transform::config::Config;
+use crate::transform::{self, Collision};
+use subdirectories::SubdirectoryReader;
+
+/// Where the pipeline reads from.
+#[derive(Debug)]
+pub struct Source {
+    inputs: Vec<Input>,
+    link_policy: LinkPolicy,
+    kind: Kind,
+}
+
+#[derive(Debug)]
+enum Kind {
+    /// The inputs themselves.
+    Inputs(Box<Collector>),
+    /// Every subdirectory of the inputs (parents), labelled.
+    Subdirectories(SubdirectoryReader),
+}
+
+/// Something operators should hear about that is not a bad file (bad files
+/// are the collection's problems).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A subdirectory is read for the first time.
+    SubdirectoryAppeared(PathBuf),
+    /// A subdirectory read last time is gone.
+    SubdirectoryGone(PathBuf),
+    /// A subdirectory left out: an earlier parent has one of the same name.
+    DuplicateSubdirectory(PathBuf),
+    /// Subdirectories disagree about a family's type or help.
+    FamilyConflict(Conflict),
+}
+
+/// The result of one [`Source::collect`].
+#[derive(Debug, Clone, Default)]
+pub struct Gathered {
+    /// The merged (and, for subdirectories, combined) families, their
+    /// problems and statistics.
+    pub collection: Collection,
+    /// What else happened.
+    pub events: Vec<Event>,
+    /// With subdirectories: how many were read.
+    pub subdirectories: Option<usize>,
+}
+
+impl Source {
+    /// A source reading `inputs` (directories in `readdir` order, files as
+    /// given); with `subdirectories_label`, reading every subdirectory of
+    /// the input directories as its own metrics directory, labelled with its
+    /// name.
+    pub fn new(
+        inputs: Vec<Input>,
+        subdirectories_label: Option<Arc<str>>,
+        link_policy: LinkPolicy,
+    ) -> Self {
+        let kind = match subdirectories_label {
+            None => Kind::Inputs(Box::new(Collector::with_link_policy(link_policy))),
+            Some(label) => Kind::Subdirectories(SubdirectoryReader::new(
+                inputs.iter().map(|i| i.path().to_path_buf()).collect(),
+                label,
+                link_policy,
+            )),
+        };
+        Self {
+            inputs,
+            link_policy,
+            kind,
+        }
+    }
+
+    /// The inputs.
+    pub fn inputs(&self) -> &[Input] {
+        &self.inputs
+    }
+
+    /// Whether subdirectories are read (`--dir.subdirectories-label`).
+    pub fn reads_subdirectories(&self) -> bool {
+        matches!(self.kind, Kind::Subdirectories(_))
+    }
+
+    /// Has the next collection check this file with `stat` before trusting
+    /// its map (see [`crate::source::Reader::recheck`]).
+    pub fn recheck(&mut self, path: &Path) {
+        match &mut self.kind {
+            Kind::Inputs(collector) => collector.recheck(path),
+            Kind::Subdirectories(reader) => reader.recheck(path),
+        }
+    }
+
+    /// [`Self::recheck`] for every file.
+    pub fn recheck_all(&mut self) {
+        match &mut self.kind {
+            Kind::Inputs(collector) => collector.recheck_all(),
+            Kind::Subdirectories(reader) => reader.recheck_all(),
+        }
+    }
+
+    /// Forgets everything cached (after a bug made a collection panic).
+    pub fn reset(&mut self) {
+        self.kind = match &self.kind {
+            Kind::Inputs(_) => {
+                Kind::Inputs(Box::new(Collector::with_link_policy(self.link_policy)))
+            }
+            Kind::Subdirectories(reader) => Kind::Subdirectories(SubdirectoryReader::new(
+                reader.parents().to_vec(),
+                reader.label(),
+                self.link_policy,
+            )),
+        };
+    }
+
+    /// Lists, reads and merges the inputs.
+    pub fn collect(&mut self) -> Gathered {
+        match &mut self.kind {
+            Kind::Inputs(collector) => Gathered {
+                collection: collector.collect(&self.inputs),
+                events: Vec::new(),
+                subdirectories: None,
+            },
+            Kind::Subdirectories(reader) => {
+                let result = reader.collect();
+                let events = (result.appeared.into_iter().map(Event::SubdirectoryAppeared))
+                    .chain(result.disappeared.into_iter().map(Event::SubdirectoryGone))
+                    .chain(
+                        result
+                            .duplicates
+                            .into_iter()
+                            .map(Event::DuplicateSubdirectory),
+                    )
+                    .chain(result.conflicts.into_iter().map(Event::FamilyConflict))
+                    .collect();
+                Gathered {
+                    collection: result.collection,
+                    events,
+                    subdirectories: Some(result.subdirectories),
+                }
+            }
+        }
+    }
+}
+
+/// The families after the configuration's filtering, renaming and labels,
+/// with the families dropped because their new name was taken.
+pub fn transform(
+    config: &Config,
+    families: Vec<MetricFamily>,
+) -> (Vec<MetricFamily>, Vec<Collision>) {
+    let transformed = transform::apply(config, families);
+    (transformed.families, transformed.collisions)
+}
+
+/// The exposition of `families` in `format`, restricted to `names` (the
+/// `name[]` query parameters) when given.
+pub fn render(
+    families: &[MetricFamily],
+    names: Option<&[String]>,
+    format: Format,
+    escaping: Escaping,
+) -> Vec<u8> {
+    match names {
+        Some(names) => encode(&transform::restrict(families, names), format, escaping),
+        None => encode(families, format, escaping),
+    }
+}

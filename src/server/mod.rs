@@ -16,11 +16,10 @@
 
 mod http;
 mod scrape;
-mod subdirectories;
 mod telemetry;
 
 use http::{limits, listen};
-use telemetry::{logging, self_metrics};
+use telemetry::self_metrics;
 use web_config::auth;
 mod watch;
 mod web_config;
@@ -37,8 +36,6 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use clap::builder::TypedValueParser as _;
-use clap::{Args, ValueEnum};
 use flate2::write::GzEncoder;
 use flate2::Compression;
 
@@ -47,247 +44,8 @@ use crate::source::link_policy::LinkPolicy;
 use crate::transform::config::{Config, ConfigError};
 
 pub use listen::DEFAULT_LISTEN_ADDRESS;
+pub use telemetry::logging::{init as init_logging, LogFormat, LogLevel};
 pub use web_config::{HttpServerConfig, TlsServerConfig, WebConfigFile};
-
-/// Log output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines (the default).
-    Text,
-    /// One JSON object per line.
-    Json,
-}
-
-/// Minimum level of log messages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogLevel {
-    /// Everything, including every file added or removed.
-    Debug,
-    /// Start-up, directories and files appearing, reloads (the default).
-    Info,
-    /// Problems only: bad files, failed reloads.
-    Warn,
-    /// Errors only.
-    Error,
-}
-
-/// Flags of `serve` (and of the command line without a subcommand).
-#[derive(Debug, Clone, Args)]
-pub struct ServeArgs {
-    /// Address to listen on, as `host:port`, `[ipv6]:port` or `:port` (all
-    /// interfaces). Repeat the flag (or separate addresses with commas in the
-    /// environment variable) to listen on several.
-    #[arg(
-        long = "web.listen-address",
-        env = "MULTIPROC_EXPORTER_WEB_LISTEN_ADDRESS",
-        value_name = "ADDRESS",
-        value_delimiter = ',',
-        default_value = DEFAULT_LISTEN_ADDRESS
-    )]
-    pub listen_addresses: Vec<String>,
-
-    /// Path under which the metrics are served.
-    #[arg(
-        long = "web.telemetry-path",
-        env = "MULTIPROC_EXPORTER_WEB_TELEMETRY_PATH",
-        value_name = "PATH",
-        default_value = "/metrics"
-    )]
-    pub telemetry_path: String,
-
-    /// Leave out the exporter's own metrics (`multiproc_exporter_*` and
-    /// `process_*`).
-    #[arg(
-        long = "web.disable-exporter-metrics",
-        env = "MULTIPROC_EXPORTER_WEB_DISABLE_EXPORTER_METRICS",
-        action = clap::ArgAction::SetTrue,
-        value_parser = clap::builder::BoolishValueParser::new()
-    )]
-    pub disable_exporter_metrics: bool,
-
-    /// Never answer in the OpenMetrics format, even when the scraper prefers
-    /// it: negotiate among the Prometheus text formats only (like
-    /// client_golang's `EnableOpenMetrics: false`). An escape hatch for
-    /// scrapers whose OpenMetrics parser disagrees with the output.
-    #[arg(
-        long = "web.disable-openmetrics",
-        env = "MULTIPROC_EXPORTER_WEB_DISABLE_OPENMETRICS",
-        action = clap::ArgAction::SetTrue,
-        value_parser = clap::builder::BoolishValueParser::new()
-    )]
-    pub disable_openmetrics: bool,
-
-    /// Metrics directory written by prometheus_client in multiprocess mode.
-    /// Repeat to merge several (files are merged in the order given, then in
-    /// directory order). Defaults to `$PROMETHEUS_MULTIPROC_DIR` (or its old
-    /// spelling `$prometheus_multiproc_dir`). It need not exist yet.
-    #[arg(
-        long = "dir",
-        env = "PROMETHEUS_MULTIPROC_DIR",
-        value_name = "DIR",
-        value_parser = clap::builder::OsStringValueParser::new().map(PathBuf::from)
-    )]
-    pub dirs: Vec<PathBuf>,
-
-    /// Serve several applications' directories side by side (a DaemonSet
-    /// serving a node's pods): every `--dir` is then a parent whose immediate
-    /// subdirectories (one per pod) are each merged on their own, and every
-    /// sample gets this label with the subdirectory's name as its value.
-    /// Families of the same name from different subdirectories are served as
-    /// one family. Subdirectories appearing and disappearing are seen at the
-    /// next scrape.
-    #[arg(
-        long = "dir.subdirectories-label",
-        env = "MULTIPROC_EXPORTER_DIR_SUBDIRECTORIES_LABEL",
-        value_name = "NAME"
-    )]
-    pub subdirectories_label: Option<String>,
-    /// Follow symbolic links in a metrics directory wherever they point, as
-    /// prometheus_client does. By default a link is followed only when its
-    /// target lies inside the metrics directory; any other link is skipped
-    /// (reason `link_outside_directory`).
-    #[arg(
-        long = "dir.follow-links-outside",
-        env = "MULTIPROC_EXPORTER_DIR_FOLLOW_LINKS_OUTSIDE",
-        action = clap::ArgAction::SetTrue,
-        value_parser = clap::builder::BoolishValueParser::new()
-    )]
-    pub follow_links_outside: bool,
-
-    /// YAML configuration file (filtering, naming, constant labels; see
-    /// docs/configuration.md). Reloaded when it changes and on SIGHUP; a bad
-    /// new version is logged and the previous one stays in force.
-    #[arg(
-        long = "config",
-        env = "MULTIPROC_EXPORTER_CONFIG",
-        value_name = "FILE"
-    )]
-    pub config: Option<PathBuf>,
-
-    /// Web configuration file in the format of Prometheus's exporter-toolkit
-    /// (`tls_server_config`, `http_server_config`, `basic_auth_users`; see
-    /// docs/configuration.md). Checked for changes every second: new
-    /// certificates and passwords apply without a restart; a bad new version
-    /// is logged and the previous one stays in force.
-    #[arg(
-        long = "web.config.file",
-        env = "MULTIPROC_EXPORTER_WEB_CONFIG_FILE",
-        value_name = "FILE"
-    )]
-    pub web_config_file: Option<PathBuf>,
-
-    /// Maximum number of scrapes of the metrics path served at once; more are
-    /// answered at once with 503. 0 means no limit.
-    #[arg(
-        long = "web.max-requests",
-        env = "MULTIPROC_EXPORTER_WEB_MAX_REQUESTS",
-        value_name = "N",
-        default_value_t = 40
-    )]
-    pub max_requests: usize,
-
-    /// Maximum number of open connections. When reached, the connection
-    /// that has waited longest without a request in progress is closed to
-    /// make room; when all are busy, new ones are refused. 0 means no limit.
-    #[arg(
-        long = "web.max-connections",
-        env = "MULTIPROC_EXPORTER_WEB_MAX_CONNECTIONS",
-        value_name = "N",
-        default_value_t = 512
-    )]
-    pub max_connections: usize,
-
-    /// Time allowed for the TLS handshake and the request headers (from the
-    /// connection's start, or from the first byte of a later request on a
-    /// kept-alive connection). 0 disables.
-    #[arg(
-        long = "web.read-header-timeout",
-        env = "MULTIPROC_EXPORTER_WEB_READ_HEADER_TIMEOUT",
-        value_name = "DURATION",
-        value_parser = parse_duration,
-        default_value = "10s"
-    )]
-    pub read_header_timeout: Duration,
-
-    /// How long a kept-alive connection may wait for its next request.
-    /// 0 disables.
-    #[arg(
-        long = "web.idle-timeout",
-        env = "MULTIPROC_EXPORTER_WEB_IDLE_TIMEOUT",
-        value_name = "DURATION",
-        value_parser = parse_duration,
-        default_value = "5m"
-    )]
-    pub idle_timeout: Duration,
-
-    /// Time allowed from a request's headers having been read to the last
-    /// byte of its response being written (the scrape included). 0 disables.
-    #[arg(
-        long = "web.write-timeout",
-        env = "MULTIPROC_EXPORTER_WEB_WRITE_TIMEOUT",
-        value_name = "DURATION",
-        value_parser = parse_duration,
-        default_value = "2m"
-    )]
-    pub write_timeout: Duration,
-
-    /// Log format.
-    #[arg(
-        long = "log.format",
-        env = "MULTIPROC_EXPORTER_LOG_FORMAT",
-        value_enum,
-        default_value = "text"
-    )]
-    pub log_format: LogFormat,
-
-    /// Minimum level of log messages.
-    #[arg(
-        long = "log.level",
-        env = "MULTIPROC_EXPORTER_LOG_LEVEL",
-        value_enum,
-        default_value = "info"
-    )]
-    pub log_level: LogLevel,
-}
-
-impl ServeArgs {
-    /// Arguments for serving `dirs` with every other flag at its default
-    /// (for callers such as the `demo` subcommand).
-    pub fn for_dirs(dirs: Vec<PathBuf>) -> Self {
-        Self {
-            listen_addresses: vec![DEFAULT_LISTEN_ADDRESS.to_owned()],
-            telemetry_path: "/metrics".to_owned(),
-            disable_exporter_metrics: false,
-            disable_openmetrics: false,
-            dirs,
-            subdirectories_label: None,
-            follow_links_outside: false,
-            config: None,
-            web_config_file: None,
-            max_requests: 40,
-            max_connections: 512,
-            read_header_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(300),
-            write_timeout: Duration::from_secs(120),
-            log_format: LogFormat::Text,
-            log_level: LogLevel::Info,
-        }
-    }
-}
-
-/// A duration flag: `10s`, `500ms`, `2m`, `1h30m`; `0` disables.
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    if text == "0" {
-        return Ok(Duration::ZERO);
-    }
-    humantime::parse_duration(text).map_err(|e| format!("{e} (write e.g. 10s, 500ms, 2m or 0)"))
-}
-
-/// A timeout flag's value: zero means none.
-fn timeout(duration: Duration) -> Option<Duration> {
-    (!duration.is_zero()).then_some(duration)
-}
 
 /// What triggered a configuration reload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -600,15 +358,34 @@ fn html_escape(s: &str) -> String {
     out
 }
 
-/// Why `serve` cannot start.
-fn invalid(message: impl std::fmt::Display) -> ExitCode {
-    tracing::error!("{message}");
-    ExitCode::from(2)
+/// Everything `serve` needs, validated (the command line makes it:
+/// [`crate::cli`]).
+#[derive(Debug, Clone)]
+pub struct ServeSettings {
+    /// What the handlers serve.
+    pub app: Settings,
+    /// The configuration file's bytes as read at start (to tell a real change
+    /// from a touch later).
+    pub config_bytes: Option<Vec<u8>>,
+    /// Addresses to listen on.
+    pub listen_addresses: Vec<String>,
+    /// The web configuration file (exporter-toolkit format), if any.
+    pub web_config_file: Option<PathBuf>,
+    /// Scrapes served at once (0: no limit).
+    pub max_requests: usize,
+    /// Open connections (0: no limit).
+    pub max_connections: usize,
+    /// Time for the TLS handshake and the request headers.
+    pub read_header_timeout: Option<Duration>,
+    /// Time a kept-alive connection may wait for its next request.
+    pub idle_timeout: Option<Duration>,
+    /// Time from a request's headers to the last byte of its response.
+    pub write_timeout: Option<Duration>,
 }
 
-/// Runs the server until SIGTERM or SIGINT; the process exit code.
-pub fn run(args: ServeArgs) -> ExitCode {
-    logging::init(args.log_format, args.log_level);
+/// Runs the server until SIGTERM or SIGINT; the process exit code. Logging
+/// must be set up already ([`init_logging`]).
+pub fn run(settings: ServeSettings) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("multiproc-exporter")
@@ -626,113 +403,57 @@ pub fn run(args: ServeArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    runtime.block_on(serve(args))
+    runtime.block_on(serve(settings))
 }
 
-/// Validates the arguments, binds, and serves until a shutdown signal.
-pub async fn serve(args: ServeArgs) -> ExitCode {
-    // An empty value (an empty PROMETHEUS_MULTIPROC_DIR, which
-    // prometheus_client treats as unset) is no directory.
-    let given: Vec<PathBuf> = args
-        .dirs
-        .iter()
-        .filter(|d| !d.as_os_str().is_empty())
-        .cloned()
-        .collect();
-    let dirs = if given.is_empty() {
-        match crate::cli::multiproc_dir_from_env() {
-            Some(dir) => vec![dir],
-            None => {
-                return invalid(
-                    "No metrics directory: pass --dir DIR or set PROMETHEUS_MULTIPROC_DIR.",
-                )
-            }
-        }
-    } else {
-        given
-    };
-    let dirs: Vec<PathBuf> = dirs.iter().map(|d| absolute(d)).collect();
-    if let Err(e) = validate_telemetry_path(&args.telemetry_path) {
-        return invalid(e);
-    }
-    if let Some(problem) = args
-        .subdirectories_label
-        .as_deref()
-        .and_then(crate::transform::config::label_name_problem)
-    {
-        return invalid(format!(
-            "Invalid --dir.subdirectories-label {:?}: {problem}.",
-            args.subdirectories_label.as_deref().unwrap_or_default()
-        ));
-    }
-    let config_path = args.config.as_deref().map(absolute);
-    let (config, config_bytes) = match &config_path {
-        None => (Config::default(), None),
-        Some(path) => match std::fs::read(path) {
-            Err(e) => {
-                return invalid(format!(
-                    "Cannot read the configuration file {}: {e}",
-                    path.display()
-                ))
-            }
-            Ok(bytes) => match Config::from_bytes(&bytes) {
-                Ok(c) => (c, Some(bytes)),
-                Err(e) => {
-                    return invalid(format!(
-                        "Invalid configuration file {}: {e}",
-                        path.display()
-                    ))
-                }
-            },
-        },
-    };
-    let self_metrics = self_metrics::SelfMetrics::new(!args.disable_exporter_metrics);
-    let web_config_path = args.web_config_file.as_deref().map(absolute);
+/// Binds and serves until a shutdown signal.
+pub async fn serve(settings: ServeSettings) -> ExitCode {
+    let ServeSettings {
+        app: settings,
+        config_bytes,
+        listen_addresses,
+        web_config_file: web_config_path,
+        max_requests,
+        max_connections,
+        read_header_timeout,
+        idle_timeout,
+        write_timeout,
+    } = settings;
+    let self_metrics = self_metrics::SelfMetrics::new(settings.exporter_metrics);
     let web = match web_config::WebSettings::load(web_config_path.clone(), self_metrics.web.clone())
     {
         Ok(web) => web,
         Err(e) => {
-            return invalid(format!(
+            tracing::error!(
                 "Invalid web configuration file {}: {e}",
                 web_config_path.unwrap_or_default().display()
-            ))
+            );
+            return ExitCode::from(2);
         }
     };
-    let listeners = match listen::bind_all(&args.listen_addresses).await {
+    let listeners = match listen::bind_all(&listen_addresses).await {
         Ok(l) => l,
         Err(e) => {
             tracing::error!("{e}");
             return ExitCode::from(1);
         }
     };
-    let link_policy = if args.follow_links_outside {
-        LinkPolicy::Anywhere
-    } else {
-        LinkPolicy::InsideDirectory
-    };
-    let state = AppState::with_self_metrics(
-        Settings {
-            dirs: dirs.clone(),
-            subdirectories_label: args.subdirectories_label.as_deref().map(Arc::from),
-            link_policy,
-            telemetry_path: args.telemetry_path.clone(),
-            exporter_metrics: !args.disable_exporter_metrics,
-            openmetrics: !args.disable_openmetrics,
-            config_path: config_path.clone(),
-            config,
-        },
-        self_metrics,
-    );
+    let dirs = settings.dirs.clone();
+    let subdirectories_label = settings.subdirectories_label.clone();
+    let follow_links_outside = settings.link_policy == LinkPolicy::Anywhere;
+    let config_path = settings.config_path.clone();
+    let telemetry_path = settings.telemetry_path.clone();
+    let state = AppState::with_self_metrics(settings, self_metrics);
     if let Some(bytes) = config_bytes {
         state.0.remember_config_bytes(bytes);
     }
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         dirs = ?dirs,
-        subdirectories_label = ?args.subdirectories_label,
-        follow_links_outside = args.follow_links_outside,
+        subdirectories_label = ?subdirectories_label,
+        follow_links_outside,
         config = ?config_path,
-        telemetry_path = %args.telemetry_path,
+        telemetry_path = %telemetry_path,
         web_config = ?web_config_path,
         tls = web.tls_enabled(),
         basic_auth = !web.current().users.is_empty(),
@@ -743,11 +464,8 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
     let watcher = tokio::spawn(watch::run(state.0.clone(), shutdown_rx.clone()));
     let web_watcher = tokio::spawn(web.clone().watch(shutdown_rx.clone()));
     let metrics = web.metrics().clone();
-    let scrape_limit = limits::ScrapeLimit::new(
-        args.telemetry_path.clone(),
-        args.max_requests,
-        metrics.clone(),
-    );
+    let scrape_limit =
+        limits::ScrapeLimit::new(telemetry_path.clone(), max_requests, metrics.clone());
     let web_layer = Arc::new(auth::WebLayer {
         web: web.clone(),
         auth: auth::BasicAuth::new(metrics.clone()),
@@ -764,11 +482,11 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
     let context = Arc::new(listen::ServeContext {
         router,
         connections: limits::Connections::new(
-            args.max_connections,
+            max_connections,
             limits::Timeouts {
-                read_header: timeout(args.read_header_timeout),
-                idle: timeout(args.idle_timeout),
-                write: timeout(args.write_timeout),
+                read_header: read_header_timeout,
+                idle: idle_timeout,
+                write: write_timeout,
             },
             metrics,
         ),
@@ -803,33 +521,6 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
     let _ = web_watcher.await;
     tracing::info!("Stopped.");
     code
-}
-
-fn absolute(path: &std::path::Path) -> PathBuf {
-    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
-}
-
-fn validate_telemetry_path(path: &str) -> Result<(), String> {
-    if !path.starts_with('/') {
-        return Err(format!(
-            "--web.telemetry-path must start with '/', got {path:?}."
-        ));
-    }
-    if path == "/-/healthy" || path == "/-/ready" {
-        return Err(format!(
-            "--web.telemetry-path {path:?} is taken by the health endpoints."
-        ));
-    }
-    if path
-        .parse::<Uri>()
-        .map(|u| u.path() != path)
-        .unwrap_or(true)
-    {
-        return Err(format!(
-            "--web.telemetry-path {path:?} is not a valid URL path (no query, fragment or spaces)."
-        ));
-    }
-    Ok(())
 }
 
 /// Completes on SIGTERM or SIGINT.
@@ -948,27 +639,6 @@ mod tests {
              # TYPE multiproc_exporter_scrape_files_read gauge\n\
              multiproc_exporter_scrape_files_read 0.0\n# EOF\n"
         );
-    }
-
-    #[test]
-    fn duration_flags() {
-        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
-        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
-        assert!(parse_duration("10").is_err());
-        assert!(parse_duration("soon").is_err());
-        assert_eq!(timeout(Duration::ZERO), None);
-    }
-
-    #[test]
-    fn telemetry_path_validation() {
-        assert!(validate_telemetry_path("/metrics").is_ok());
-        assert!(validate_telemetry_path("/").is_ok());
-        assert!(validate_telemetry_path("metrics").is_err());
-        assert!(validate_telemetry_path("/-/ready").is_err());
-        assert!(validate_telemetry_path("/m?x=1").is_err());
-        assert!(validate_telemetry_path("/m x").is_err());
     }
 
     #[test]

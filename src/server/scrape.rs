@@ -14,29 +14,25 @@
 //! self-metrics; a panic in the reader (a bug) is caught, logged, and the
 //! scrape serves the self-metrics alone, with a fresh reader for the next one.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
-use crate::expose::encode::{encode, Escaping, Format};
+use crate::expose::encode::{Escaping, Format};
 use crate::model::MetricFamily;
-use crate::pipeline::subdirectories::SubdirectoryReader;
-use crate::pipeline::{Collection, Collector};
-use crate::source::link_policy::LinkPolicy;
-use crate::source::{Input, Problem, SkipReason};
-use crate::transform;
-use crate::transform::config::Config;
-
-use crate::server::subdirectories;
+use crate::pipeline::{self, Gathered, Source};
+use crate::server::telemetry::events::Reporter;
 use crate::server::telemetry::self_metrics::{self, SelfMetrics};
+use crate::source::link_policy::LinkPolicy;
+use crate::source::Input;
+use crate::transform::config::Config;
 
 /// Reads, merges and encodes; one per server.
 #[derive(Debug)]
 pub(crate) struct Scraper {
     inputs: Vec<Input>,
-    link_policy: LinkPolicy,
     state: Mutex<ScrapeState>,
     in_flight: Mutex<InFlight>,
     finished: Condvar,
@@ -63,18 +59,10 @@ struct InFlight {
     last: Arc<Vec<MetricFamily>>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct ScrapeState {
-    reader: Collector,
-    /// With `--dir.subdirectories-label`: reads each subdirectory of the
-    /// directories on its own instead of `reader`.
-    per_subdirectory: Option<SubdirectoryReader>,
-    /// Subdirectory conflicts currently present (logged when they first appear).
-    logged_conflicts: HashSet<subdirectories::LoggedConflict>,
-    /// Paths currently left out, with the reason last logged.
-    bad: HashMap<PathBuf, SkipReason>,
-    /// Renaming collisions and self-metric clashes already logged.
-    logged_collisions: HashSet<(Arc<str>, Arc<str>)>,
+    source: Source,
+    reporter: Reporter,
 }
 
 /// What a scrape asks for.
@@ -97,15 +85,13 @@ impl Scraper {
         subdirectories_label: Option<Arc<str>>,
         link_policy: LinkPolicy,
     ) -> Self {
+        let inputs: Vec<Input> = dirs.iter().cloned().map(Input::Directory).collect();
         Self {
-            inputs: dirs.iter().cloned().map(Input::Directory).collect(),
             state: Mutex::new(ScrapeState {
-                reader: Collector::with_link_policy(link_policy),
-                per_subdirectory: subdirectories_label
-                    .map(|label| SubdirectoryReader::new(dirs.to_vec(), label, link_policy)),
-                ..ScrapeState::default()
+                source: Source::new(inputs.clone(), subdirectories_label, link_policy),
+                reporter: Reporter::default(),
             }),
-            link_policy,
+            inputs,
             in_flight: Mutex::new(InFlight::default()),
             finished: Condvar::new(),
             rechecks: Mutex::new(Rechecks::default()),
@@ -146,14 +132,12 @@ impl Scraper {
         self_metrics: Option<&SelfMetrics>,
     ) -> Vec<u8> {
         let families = self.coalesced(|| self.collect(config, self_metrics));
-        match &request.names {
-            Some(names) => encode(
-                &transform::restrict(&families, names),
-                request.format,
-                request.escaping,
-            ),
-            None => encode(&families, request.format, request.escaping),
-        }
+        pipeline::render(
+            &families,
+            request.names.as_deref(),
+            request.format,
+            request.escaping,
+        )
     }
 
     /// Runs `collect`, unless a collection is already in flight: then waits
@@ -191,87 +175,39 @@ impl Scraper {
     /// the self-metrics.
     fn collect(&self, config: &Config, self_metrics: Option<&SelfMetrics>) -> Vec<MetricFamily> {
         let mut state = self.lock();
+        let state = &mut *state;
         let start = Instant::now();
         let rechecks =
             std::mem::take(&mut *self.rechecks.lock().unwrap_or_else(|e| e.into_inner()));
-        let collected = catch_unwind(AssertUnwindSafe(|| {
-            let state = &mut *state;
-            match &mut state.per_subdirectory {
-                None => {
-                    if rechecks.all {
-                        state.reader.recheck_all();
-                    } else {
-                        for path in &rechecks.paths {
-                            state.reader.recheck(path);
-                        }
-                    }
-                    (state.reader.collect(&self.inputs), None)
-                }
-                Some(reader) => {
-                    if rechecks.all {
-                        reader.recheck_all();
-                    } else {
-                        for path in &rechecks.paths {
-                            reader.recheck(path);
-                        }
-                    }
-                    let (collection, outcome) =
-                        subdirectories::collect(reader, &mut state.logged_conflicts);
-                    (collection, Some(outcome))
-                }
+        if rechecks.all {
+            state.source.recheck_all();
+        } else {
+            for path in &rechecks.paths {
+                state.source.recheck(path);
             }
-        }));
+        }
+        let collected = catch_unwind(AssertUnwindSafe(|| state.source.collect()));
         let panicked = collected.is_err();
-        let (
-            Collection {
-                families,
-                problems,
-                stats,
-            },
-            subdirectory_outcome,
-        ) = collected.unwrap_or_else(|_| {
+        let mut gathered = collected.unwrap_or_else(|_| {
             tracing::error!(
                 "Reading the metric files panicked (a bug); serving no merged metrics this time."
             );
-            state.reader = Collector::with_link_policy(self.link_policy);
-            if let Some(reader) = &mut state.per_subdirectory {
-                *reader = SubdirectoryReader::new(
-                    reader.parents().to_vec(),
-                    reader.label(),
-                    self.link_policy,
-                );
-            }
-            (Collection::default(), None)
+            state.source.reset();
+            Gathered::default()
         });
-        state.log_problems(&problems);
-        let transformed = transform::apply(config, families);
-        for c in &transformed.collisions {
-            if state
-                .logged_collisions
-                .insert((c.original.clone(), c.renamed.clone()))
-            {
-                tracing::warn!(
-                    family = %c.original,
-                    renamed = %c.renamed,
-                    "Dropping a metric family: its new name is already used by another family."
-                );
-            }
-        }
-        let mut families = transformed.families;
+        let (mut families, collisions) =
+            pipeline::transform(config, std::mem::take(&mut gathered.collection.families));
+        state.reporter.collection(
+            &gathered,
+            families.len(),
+            start.elapsed(),
+            panicked,
+            self_metrics,
+        );
+        state.reporter.collisions(&collisions);
         if let Some(m) = self_metrics {
-            m.observe_scrape(&stats, &problems, families.len(), start.elapsed(), panicked);
-            if let Some(outcome) = &subdirectory_outcome {
-                m.observe_subdirectories(outcome.subdirectories, &outcome.conflicts);
-            }
             let (own, clashes) = self_metrics::without_clashes(m.families(), &families);
-            for name in clashes {
-                if state.logged_collisions.insert((name.clone(), name.clone())) {
-                    tracing::warn!(
-                        family = %name,
-                        "Leaving out an exporter self-metric: a merged family has the same name."
-                    );
-                }
-            }
+            state.reporter.self_metric_clashes(&clashes);
             families.extend(own);
         }
         families
@@ -280,47 +216,5 @@ impl Scraper {
     /// Whether at least one directory exists now.
     pub(crate) fn any_directory_exists(&self) -> bool {
         self.inputs.iter().any(|i| i.path().is_dir())
-    }
-}
-
-impl ScrapeState {
-    /// Logs paths that turned bad or changed reason, and those that recovered.
-    fn log_problems(&mut self, problems: &[Problem]) {
-        let mut now: HashMap<PathBuf, SkipReason> = HashMap::with_capacity(problems.len());
-        for problem in problems {
-            if self.bad.get(&problem.path) != Some(&problem.reason) {
-                log_problem(problem);
-            }
-            now.insert(problem.path.clone(), problem.reason.clone());
-        }
-        for (path, reason) in &self.bad {
-            if !now.contains_key(path) {
-                match reason {
-                    SkipReason::Vanished => {}
-                    SkipReason::DirectoryMissing => {
-                        tracing::debug!(path = %path.display(), "Metrics directory exists now.")
-                    }
-                    _ => tracing::info!(path = %path.display(), "File is readable again."),
-                }
-            }
-        }
-        self.bad = now;
-    }
-}
-
-fn log_problem(problem: &Problem) {
-    let path = problem.path.display();
-    let reason = &problem.reason;
-    let label = reason.label();
-    match reason {
-        // The watcher logs directories appearing and disappearing.
-        SkipReason::DirectoryMissing => {
-            tracing::debug!(%path, "Metrics directory does not exist (yet); serving nothing from it.")
-        }
-        // Deleted between listing and reading: normal when a process exits.
-        SkipReason::Vanished => {
-            tracing::debug!(%path, %reason, reason_label = label, "Skipping file.")
-        }
-        _ => tracing::warn!(%path, %reason, reason_label = label, "Skipping file."),
     }
 }

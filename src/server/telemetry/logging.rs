@@ -1,12 +1,33 @@
 //! Log set-up: `tracing` to standard error, as text (the default) or JSON.
 
+use clap::ValueEnum;
 use tracing_subscriber::EnvFilter;
 
-use crate::server::{LogFormat, LogLevel};
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines (the default).
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Minimum level of log messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogLevel {
+    /// Everything, including every file added or removed.
+    Debug,
+    /// Start-up, directories and files appearing, reloads (the default).
+    Info,
+    /// Problems only: bad files, failed reloads.
+    Warn,
+    /// Errors only.
+    Error,
+}
 
 /// Installs the global subscriber (does nothing if one is already installed,
 /// e.g. when a test runs several servers in one process).
-pub(crate) fn init(format: LogFormat, level: LogLevel) {
+pub fn init(format: LogFormat, level: LogLevel) {
     let level = match level {
         LogLevel::Debug => "debug",
         LogLevel::Info => "info",

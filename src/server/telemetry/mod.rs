@@ -1,6 +1,8 @@
 //! The exporter's own telemetry: its metrics ([`self_metrics`],
-//! [`web_metrics`], [`process`]) and its log output ([`logging`]).
+//! [`web_metrics`], [`process`]), its log output ([`logging`]), and how a
+//! collection's problems are logged and counted ([`events`]).
 
+pub(crate) mod events;
 pub(crate) mod logging;
 pub(crate) mod process;
 pub(crate) mod self_metrics;

@@ -80,7 +80,7 @@ const SKIP_REASONS: &[&str] = &[
 const SUBDIRECTORY_CONFLICT_REASONS: &[&str] = &[
     "type_mismatch",
     "help_mismatch",
-    crate::server::subdirectories::DUPLICATE_NAME,
+    crate::server::telemetry::events::DUPLICATE_NAME,
 ];
 
 impl SelfMetrics {

@@ -1,0 +1,112 @@
+//! `multiproc-exporter dump`: the merged exposition of directories and files,
+//! printed once to standard output, through the same [`crate::pipeline`] as
+//! `serve`; what was left out goes to standard error.
+
+use std::io::Write as _;
+use std::process::ExitCode;
+
+use super::flags::{DumpFlags, EscapingArg, FormatArg};
+use super::settings::multiproc_dir_from_env;
+use crate::expose::encode::{Escaping, Format};
+use crate::pipeline::{self, Event, Source};
+use crate::source::{Input, SkipReason};
+
+pub(crate) fn run(args: DumpFlags) -> ExitCode {
+    let usage = |message: String| {
+        eprintln!("multiproc-exporter: {message}");
+        ExitCode::from(2)
+    };
+    let config = match args.config.load() {
+        Ok(loaded) => loaded.config,
+        Err(e) => return usage(e),
+    };
+    let directories = match args.directories.validate() {
+        Ok(d) => d,
+        Err(e) => return usage(e),
+    };
+    let paths = if args.paths.is_empty() {
+        match multiproc_dir_from_env() {
+            Some(dir) => vec![dir],
+            None => {
+                return usage("no PATH given and PROMETHEUS_MULTIPROC_DIR is not set".to_owned())
+            }
+        }
+    } else {
+        args.paths
+    };
+    // A PATH that is a file is merged as given; with subdirectories, every
+    // PATH is a parent directory.
+    let inputs: Vec<Input> = match directories.subdirectories_label {
+        None => paths.into_iter().map(Input::detect).collect(),
+        Some(_) => paths.into_iter().map(Input::Directory).collect(),
+    };
+    let mut source = Source::new(
+        inputs.clone(),
+        directories.subdirectories_label,
+        directories.link_policy,
+    );
+    let gathered = source.collect();
+    for event in &gathered.events {
+        match event {
+            Event::DuplicateSubdirectory(path) => eprintln!(
+                "multiproc-exporter: skipped {}: an earlier directory has a subdirectory of the same name",
+                path.display()
+            ),
+            Event::FamilyConflict(c) => eprintln!(
+                "multiproc-exporter: family {} of subdirectory {} disagrees with subdirectory {} ({}); kept the first one's type and help",
+                c.family,
+                c.part,
+                c.kept_from,
+                c.reason.label()
+            ),
+            Event::SubdirectoryAppeared(_) | Event::SubdirectoryGone(_) => {}
+        }
+    }
+    let collection = gathered.collection;
+    let mut missing_inputs = 0;
+    for problem in &collection.problems {
+        let is_input = inputs.iter().any(|i| i.path() == problem.path);
+        if is_input
+            && matches!(
+                problem.reason,
+                SkipReason::DirectoryMissing | SkipReason::Vanished
+            )
+        {
+            missing_inputs += 1;
+        }
+        eprintln!(
+            "multiproc-exporter: skipped {}: {}",
+            problem.path.display(),
+            problem.reason
+        );
+    }
+    if missing_inputs == inputs.len() {
+        eprintln!("multiproc-exporter: nothing to read: no such file or directory");
+        return ExitCode::from(1);
+    }
+    let format = match args.format {
+        FormatArg::Text => Format::Text,
+        FormatArg::Openmetrics => Format::OpenMetrics,
+    };
+    let escaping = match args.escaping {
+        EscapingArg::Underscores => Escaping::Underscores,
+        EscapingArg::AllowUtf8 => Escaping::AllowUtf8,
+    };
+    let (families, collisions) = pipeline::transform(&config, collection.families);
+    for c in &collisions {
+        eprintln!(
+            "multiproc-exporter: dropped family {}: its new name {} is already used",
+            c.original, c.renamed
+        );
+    }
+    let body = pipeline::render(&families, None, format, escaping);
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(&body).and_then(|()| stdout.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("multiproc-exporter: cannot write output: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,333 @@
+//! The command-line flags, each defined once in the group it belongs to and
+//! shared by the subcommands that take it (node_exporter-style names: a
+//! dotted prefix per area, an environment variable per flag). Validation into
+//! typed settings is [`super::settings`]'s.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::builder::TypedValueParser as _;
+use clap::{Args, ValueEnum};
+
+use crate::server::{LogFormat, LogLevel, DEFAULT_LISTEN_ADDRESS};
+
+/// The configuration file (`serve`, `dump`, `demo`).
+#[derive(Debug, Clone, Default, Args)]
+pub struct ConfigFlags {
+    /// YAML configuration file (filtering, naming, constant labels; see
+    /// docs/configuration.md). Reloaded when it changes and on SIGHUP; a bad
+    /// new version is logged and the previous one stays in force.
+    #[arg(
+        long = "config",
+        env = "MULTIPROC_EXPORTER_CONFIG",
+        value_name = "FILE"
+    )]
+    pub config: Option<PathBuf>,
+}
+
+/// How the metrics directories are read (`serve`, `dump`).
+#[derive(Debug, Clone, Default, Args)]
+pub struct DirectoryFlags {
+    /// Serve several applications' directories side by side (a DaemonSet
+    /// serving a node's pods): every `--dir` is then a parent whose immediate
+    /// subdirectories (one per pod) are each merged on their own, and every
+    /// sample gets this label with the subdirectory's name as its value.
+    /// Families of the same name from different subdirectories are served as
+    /// one family. Subdirectories appearing and disappearing are seen at the
+    /// next scrape.
+    #[arg(
+        long = "dir.subdirectories-label",
+        env = "MULTIPROC_EXPORTER_DIR_SUBDIRECTORIES_LABEL",
+        value_name = "NAME",
+        alias = "subdirectories-label"
+    )]
+    pub subdirectories_label: Option<String>,
+    /// Follow symbolic links in a metrics directory wherever they point, as
+    /// prometheus_client does. By default a link is followed only when its
+    /// target lies inside the metrics directory; any other link is skipped
+    /// (reason `link_outside_directory`).
+    #[arg(
+        long = "dir.follow-links-outside",
+        env = "MULTIPROC_EXPORTER_DIR_FOLLOW_LINKS_OUTSIDE",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub follow_links_outside: bool,
+}
+
+/// The HTTP server (`serve`, `demo`).
+#[derive(Debug, Clone, Args)]
+pub struct WebFlags {
+    /// Address to listen on, as `host:port`, `[ipv6]:port` or `:port` (all
+    /// interfaces). Repeat the flag (or separate addresses with commas in the
+    /// environment variable) to listen on several.
+    #[arg(
+        long = "web.listen-address",
+        env = "MULTIPROC_EXPORTER_WEB_LISTEN_ADDRESS",
+        value_name = "ADDRESS",
+        value_delimiter = ',',
+        default_value = DEFAULT_LISTEN_ADDRESS
+    )]
+    pub listen_addresses: Vec<String>,
+
+    /// Path under which the metrics are served.
+    #[arg(
+        long = "web.telemetry-path",
+        env = "MULTIPROC_EXPORTER_WEB_TELEMETRY_PATH",
+        value_name = "PATH",
+        default_value = "/metrics"
+    )]
+    pub telemetry_path: String,
+
+    /// Leave out the exporter's own metrics (`multiproc_exporter_*` and
+    /// `process_*`).
+    #[arg(
+        long = "web.disable-exporter-metrics",
+        env = "MULTIPROC_EXPORTER_WEB_DISABLE_EXPORTER_METRICS",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub disable_exporter_metrics: bool,
+
+    /// Never answer in the OpenMetrics format, even when the scraper prefers
+    /// it: negotiate among the Prometheus text formats only (like
+    /// client_golang's `EnableOpenMetrics: false`). An escape hatch for
+    /// scrapers whose OpenMetrics parser disagrees with the output.
+    #[arg(
+        long = "web.disable-openmetrics",
+        env = "MULTIPROC_EXPORTER_WEB_DISABLE_OPENMETRICS",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub disable_openmetrics: bool,
+
+    /// Web configuration file in the format of Prometheus's exporter-toolkit
+    /// (`tls_server_config`, `http_server_config`, `basic_auth_users`; see
+    /// docs/configuration.md). Checked for changes every second: new
+    /// certificates and passwords apply without a restart; a bad new version
+    /// is logged and the previous one stays in force.
+    #[arg(
+        long = "web.config.file",
+        env = "MULTIPROC_EXPORTER_WEB_CONFIG_FILE",
+        value_name = "FILE"
+    )]
+    pub web_config_file: Option<PathBuf>,
+
+    /// Maximum number of scrapes of the metrics path served at once; more are
+    /// answered at once with 503. 0 means no limit.
+    #[arg(
+        long = "web.max-requests",
+        env = "MULTIPROC_EXPORTER_WEB_MAX_REQUESTS",
+        value_name = "N",
+        default_value_t = 40
+    )]
+    pub max_requests: usize,
+
+    /// Maximum number of open connections. When reached, the connection
+    /// that has waited longest without a request in progress is closed to
+    /// make room; when all are busy, new ones are refused. 0 means no limit.
+    #[arg(
+        long = "web.max-connections",
+        env = "MULTIPROC_EXPORTER_WEB_MAX_CONNECTIONS",
+        value_name = "N",
+        default_value_t = 512
+    )]
+    pub max_connections: usize,
+
+    /// Time allowed for the TLS handshake and the request headers (from the
+    /// connection's start, or from the first byte of a later request on a
+    /// kept-alive connection). 0 disables.
+    #[arg(
+        long = "web.read-header-timeout",
+        env = "MULTIPROC_EXPORTER_WEB_READ_HEADER_TIMEOUT",
+        value_name = "DURATION",
+        value_parser = parse_duration,
+        default_value = "10s"
+    )]
+    pub read_header_timeout: Duration,
+
+    /// How long a kept-alive connection may wait for its next request.
+    /// 0 disables.
+    #[arg(
+        long = "web.idle-timeout",
+        env = "MULTIPROC_EXPORTER_WEB_IDLE_TIMEOUT",
+        value_name = "DURATION",
+        value_parser = parse_duration,
+        default_value = "5m"
+    )]
+    pub idle_timeout: Duration,
+
+    /// Time allowed from a request's headers having been read to the last
+    /// byte of its response being written (the scrape included). 0 disables.
+    #[arg(
+        long = "web.write-timeout",
+        env = "MULTIPROC_EXPORTER_WEB_WRITE_TIMEOUT",
+        value_name = "DURATION",
+        value_parser = parse_duration,
+        default_value = "2m"
+    )]
+    pub write_timeout: Duration,
+}
+
+/// Logging (`serve`, `demo`).
+#[derive(Debug, Clone, Args)]
+pub struct LogFlags {
+    /// Log format.
+    #[arg(
+        long = "log.format",
+        env = "MULTIPROC_EXPORTER_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    pub log_format: LogFormat,
+
+    /// Minimum level of log messages.
+    #[arg(
+        long = "log.level",
+        env = "MULTIPROC_EXPORTER_LOG_LEVEL",
+        value_enum,
+        default_value = "info"
+    )]
+    pub log_level: LogLevel,
+}
+
+/// Flags of `serve` (and of the command line without a subcommand).
+#[derive(Debug, Clone, Args)]
+pub struct ServeFlags {
+    /// Metrics directory written by prometheus_client in multiprocess mode.
+    /// Repeat to merge several (files are merged in the order given, then in
+    /// directory order). Defaults to `$PROMETHEUS_MULTIPROC_DIR` (or its old
+    /// spelling `$prometheus_multiproc_dir`). It need not exist yet.
+    #[arg(
+        long = "dir",
+        env = "PROMETHEUS_MULTIPROC_DIR",
+        value_name = "DIR",
+        value_parser = clap::builder::OsStringValueParser::new().map(PathBuf::from)
+    )]
+    pub dirs: Vec<PathBuf>,
+
+    /// How the directories are read.
+    #[command(flatten)]
+    pub directories: DirectoryFlags,
+
+    /// The configuration file.
+    #[command(flatten)]
+    pub config: ConfigFlags,
+
+    /// The HTTP server.
+    #[command(flatten)]
+    pub web: WebFlags,
+
+    /// Logging.
+    #[command(flatten)]
+    pub log: LogFlags,
+}
+
+/// A duration flag: `10s`, `500ms`, `2m`, `1h30m`; `0` disables.
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
+    humantime::parse_duration(text).map_err(|e| format!("{e} (write e.g. 10s, 500ms, 2m or 0)"))
+}
+
+/// Exposition format for `dump`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FormatArg {
+    /// Prometheus text format (what prometheus_client's `generate_latest` writes).
+    Text,
+    /// OpenMetrics 1.0.0 text format.
+    Openmetrics,
+}
+
+/// Name escaping for `dump`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EscapingArg {
+    /// Replace characters outside the legacy name character set with `_`.
+    Underscores,
+    /// Keep UTF-8 names, quoting those outside the legacy character set.
+    #[value(name = "allow-utf-8")]
+    AllowUtf8,
+}
+
+/// Flags of `dump`.
+#[derive(Debug, Args)]
+pub struct DumpFlags {
+    /// Output format.
+    #[arg(
+        long,
+        env = "MULTIPROC_EXPORTER_DUMP_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    pub format: FormatArg,
+    /// How metric and label names outside the legacy character set are written.
+    #[arg(
+        long,
+        env = "MULTIPROC_EXPORTER_DUMP_ESCAPING",
+        value_enum,
+        default_value = "underscores"
+    )]
+    pub escaping: EscapingArg,
+    /// The configuration file, applied as `serve` applies it.
+    #[command(flatten)]
+    pub config: ConfigFlags,
+    /// How the directories are read, as by `serve`.
+    #[command(flatten)]
+    pub directories: DirectoryFlags,
+    /// Metric directories (their `*.db` entries are read in directory order)
+    /// and files (merged in the order given). Defaults to
+    /// `$PROMETHEUS_MULTIPROC_DIR`.
+    pub paths: Vec<PathBuf>,
+}
+
+/// Flags of `demo`.
+#[derive(Debug, Args)]
+pub struct DemoFlags {
+    /// Where to write the simulated processes' files (default: a new directory
+    /// under the system temporary directory, removed on exit).
+    #[arg(
+        long = "demo.dir",
+        env = "MULTIPROC_EXPORTER_DEMO_DIR",
+        value_name = "DIR"
+    )]
+    pub dir: Option<PathBuf>,
+    /// Simulated vLLM API-server processes.
+    #[arg(
+        long = "demo.api-servers",
+        env = "MULTIPROC_EXPORTER_DEMO_API_SERVERS",
+        default_value_t = 2
+    )]
+    pub api_servers: usize,
+    /// Simulated worker processes (they write the `lmcache:` metrics).
+    #[arg(
+        long = "demo.workers",
+        env = "MULTIPROC_EXPORTER_DEMO_WORKERS",
+        default_value_t = 2
+    )]
+    pub workers: usize,
+    /// Milliseconds between simulation steps.
+    #[arg(
+        long = "demo.tick-ms",
+        env = "MULTIPROC_EXPORTER_DEMO_TICK_MS",
+        default_value_t = 1000
+    )]
+    pub tick_ms: u64,
+    /// Seed of the simulation (the same seed gives the same values).
+    #[arg(
+        long = "demo.seed",
+        env = "MULTIPROC_EXPORTER_DEMO_SEED",
+        default_value_t = 0
+    )]
+    pub seed: u64,
+    /// The configuration file.
+    #[command(flatten)]
+    pub config: ConfigFlags,
+    /// The HTTP server.
+    #[command(flatten)]
+    pub web: WebFlags,
+    /// Logging.
+    #[command(flatten)]
+    pub log: LogFlags,
+}

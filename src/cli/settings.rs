@@ -1,0 +1,221 @@
+//! The flags validated, once, into the typed settings the rest of the crate
+//! takes: directories (with `$PROMETHEUS_MULTIPROC_DIR` as the default), the
+//! subdirectory label, the link policy, the configuration file, and the
+//! server's settings. Every message names the flag that is wrong.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::Uri;
+
+use super::flags::{ConfigFlags, DirectoryFlags, ServeFlags, WebFlags};
+use crate::server::{ServeSettings, Settings};
+use crate::source::link_policy::LinkPolicy;
+use crate::transform::config::{label_name_problem, Config, ConfigError};
+
+/// The multiprocess directory named by the environment, as prometheus_client
+/// finds it (the lower-case name is its deprecated spelling).
+pub fn multiproc_dir_from_env() -> Option<PathBuf> {
+    ["PROMETHEUS_MULTIPROC_DIR", "prometheus_multiproc_dir"]
+        .iter()
+        .find_map(|name| std::env::var_os(name).filter(|v| !v.is_empty()))
+        .map(PathBuf::from)
+}
+
+/// The given paths, or the environment's directory when none is given (an
+/// empty path, like an empty `PROMETHEUS_MULTIPROC_DIR`, counts as none).
+pub(crate) fn paths_or_env(given: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
+    let given: Vec<PathBuf> = given
+        .iter()
+        .filter(|d| !d.as_os_str().is_empty())
+        .cloned()
+        .collect();
+    if !given.is_empty() {
+        return Ok(given);
+    }
+    multiproc_dir_from_env()
+        .map(|dir| vec![dir])
+        .ok_or_else(|| {
+            "No metrics directory: pass --dir DIR or set PROMETHEUS_MULTIPROC_DIR.".to_owned()
+        })
+}
+
+/// How the directories are read, validated.
+#[derive(Debug, Clone)]
+pub(crate) struct DirectorySettings {
+    /// With a label name: the directories are parents of one directory each.
+    pub(crate) subdirectories_label: Option<Arc<str>>,
+    /// Which symbolic links are followed.
+    pub(crate) link_policy: LinkPolicy,
+}
+
+impl DirectoryFlags {
+    /// Checks the label name.
+    pub(crate) fn validate(&self) -> Result<DirectorySettings, String> {
+        if let Some(problem) = self
+            .subdirectories_label
+            .as_deref()
+            .and_then(label_name_problem)
+        {
+            return Err(format!(
+                "Invalid --dir.subdirectories-label {:?}: {problem}.",
+                self.subdirectories_label.as_deref().unwrap_or_default()
+            ));
+        }
+        Ok(DirectorySettings {
+            subdirectories_label: self.subdirectories_label.as_deref().map(Arc::from),
+            link_policy: if self.follow_links_outside {
+                LinkPolicy::Anywhere
+            } else {
+                LinkPolicy::InsideDirectory
+            },
+        })
+    }
+}
+
+/// The configuration file, loaded.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LoadedConfig {
+    /// Its absolute path, if one was given.
+    pub(crate) path: Option<PathBuf>,
+    /// The configuration in force.
+    pub(crate) config: Config,
+    /// The bytes it was read from.
+    pub(crate) bytes: Option<Vec<u8>>,
+}
+
+impl ConfigFlags {
+    /// Reads and validates the configuration file (the default configuration
+    /// without one).
+    pub(crate) fn load(&self) -> Result<LoadedConfig, String> {
+        let Some(path) = self.config.as_deref().map(absolute) else {
+            return Ok(LoadedConfig::default());
+        };
+        let bytes = std::fs::read(&path).map_err(|e| {
+            let error = ConfigError::Read {
+                path: path.clone(),
+                error: e.to_string(),
+            };
+            format!("Invalid configuration file: {error}")
+        })?;
+        let config = Config::from_bytes(&bytes)
+            .map_err(|e| format!("Invalid configuration file {}: {e}", path.display()))?;
+        Ok(LoadedConfig {
+            path: Some(path),
+            config,
+            bytes: Some(bytes),
+        })
+    }
+}
+
+impl ServeFlags {
+    /// The server's settings for `dirs` (already defaulted from the
+    /// environment), or what is wrong with the flags.
+    pub(crate) fn validate(&self) -> Result<ServeSettings, String> {
+        let dirs: Vec<PathBuf> = paths_or_env(&self.dirs)?
+            .iter()
+            .map(|d| absolute(d))
+            .collect();
+        serve_settings(dirs, &self.directories, &self.config, &self.web)
+    }
+}
+
+/// The server's settings for `dirs` read as `directories` says.
+pub(crate) fn serve_settings(
+    dirs: Vec<PathBuf>,
+    directories: &DirectoryFlags,
+    config: &ConfigFlags,
+    web: &WebFlags,
+) -> Result<ServeSettings, String> {
+    validate_telemetry_path(&web.telemetry_path)?;
+    let directories = directories.validate()?;
+    let loaded = config.load()?;
+    Ok(ServeSettings {
+        app: Settings {
+            dirs,
+            subdirectories_label: directories.subdirectories_label,
+            link_policy: directories.link_policy,
+            telemetry_path: web.telemetry_path.clone(),
+            exporter_metrics: !web.disable_exporter_metrics,
+            openmetrics: !web.disable_openmetrics,
+            config_path: loaded.path,
+            config: loaded.config,
+        },
+        config_bytes: loaded.bytes,
+        listen_addresses: web.listen_addresses.clone(),
+        web_config_file: web.web_config_file.as_deref().map(absolute),
+        max_requests: web.max_requests,
+        max_connections: web.max_connections,
+        read_header_timeout: timeout(web.read_header_timeout),
+        idle_timeout: timeout(web.idle_timeout),
+        write_timeout: timeout(web.write_timeout),
+    })
+}
+
+/// A timeout flag's value: zero means none.
+fn timeout(duration: Duration) -> Option<Duration> {
+    (!duration.is_zero()).then_some(duration)
+}
+
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+fn validate_telemetry_path(path: &str) -> Result<(), String> {
+    if !path.starts_with('/') {
+        return Err(format!(
+            "--web.telemetry-path must start with '/', got {path:?}."
+        ));
+    }
+    if path == "/-/healthy" || path == "/-/ready" {
+        return Err(format!(
+            "--web.telemetry-path {path:?} is taken by the health endpoints."
+        ));
+    }
+    if path
+        .parse::<Uri>()
+        .map(|u| u.path() != path)
+        .unwrap_or(true)
+    {
+        return Err(format!(
+            "--web.telemetry-path {path:?} is not a valid URL path (no query, fragment or spaces)."
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn duration_flags() {
+        assert_eq!(
+            super::super::flags::parse_duration("10s"),
+            Ok(Duration::from_secs(10))
+        );
+        assert_eq!(
+            super::super::flags::parse_duration("1m30s"),
+            Ok(Duration::from_secs(90))
+        );
+        assert_eq!(
+            super::super::flags::parse_duration("500ms"),
+            Ok(Duration::from_millis(500))
+        );
+        assert_eq!(super::super::flags::parse_duration("0"), Ok(Duration::ZERO));
+        assert!(super::super::flags::parse_duration("10").is_err());
+        assert!(super::super::flags::parse_duration("soon").is_err());
+        assert_eq!(timeout(Duration::ZERO), None);
+    }
+
+    #[test]
+    fn telemetry_path_validation() {
+        assert!(validate_telemetry_path("/metrics").is_ok());
+        assert!(validate_telemetry_path("/").is_ok());
+        assert!(validate_telemetry_path("metrics").is_err());
+        assert!(validate_telemetry_path("/-/ready").is_err());
+        assert!(validate_telemetry_path("/m?x=1").is_err());
+        assert!(validate_telemetry_path("/m x").is_err());
+    }
+}

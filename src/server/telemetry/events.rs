@@ -1,0 +1,177 @@
+//! What the server does with a collection's problems and events: each kind
+//! is logged once when it first appears (again only if it changes) and
+//! counted in the self-metrics, in one place (Vector's internal-event
+//! pattern). A problem that persists is not logged again on every scrape.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::pipeline::{Event, Gathered};
+use crate::server::telemetry::self_metrics::SelfMetrics;
+use crate::source::{Problem, SkipReason};
+use crate::transform::Collision;
+
+/// `reason` label of a subdirectory left out because an earlier directory has
+/// one of the same name.
+pub(crate) const DUPLICATE_NAME: &str = "duplicate_name";
+
+/// A subdirectory conflict as last logged: (family or path, subdirectory,
+/// reason label).
+type LoggedConflict = (Arc<str>, Arc<str>, &'static str);
+
+/// What has been logged, so that a persisting problem is logged once.
+#[derive(Debug, Default)]
+pub(crate) struct Reporter {
+    /// Paths currently left out, with the reason last logged.
+    bad: HashMap<PathBuf, SkipReason>,
+    /// Subdirectory conflicts currently present.
+    conflicts: HashSet<LoggedConflict>,
+    /// Renaming collisions and self-metric clashes already logged.
+    collisions: HashSet<(Arc<str>, Arc<str>)>,
+}
+
+impl Reporter {
+    /// Logs and counts what one collection found.
+    pub(crate) fn collection(
+        &mut self,
+        gathered: &Gathered,
+        families: usize,
+        elapsed: std::time::Duration,
+        panicked: bool,
+        metrics: Option<&SelfMetrics>,
+    ) {
+        self.problems(&gathered.collection.problems);
+        let conflicts = self.events(&gathered.events);
+        if let Some(m) = metrics {
+            m.observe_scrape(
+                &gathered.collection.stats,
+                &gathered.collection.problems,
+                families,
+                elapsed,
+                panicked,
+            );
+            if let Some(subdirectories) = gathered.subdirectories {
+                m.observe_subdirectories(subdirectories, &conflicts);
+            }
+        }
+    }
+
+    /// Logs the families dropped by renaming (once each).
+    pub(crate) fn collisions(&mut self, collisions: &[Collision]) {
+        for c in collisions {
+            if self
+                .collisions
+                .insert((c.original.clone(), c.renamed.clone()))
+            {
+                tracing::warn!(
+                    family = %c.original,
+                    renamed = %c.renamed,
+                    "Dropping a metric family: its new name is already used by another family."
+                );
+            }
+        }
+    }
+
+    /// Logs self-metrics left out because a merged family has their name
+    /// (once each).
+    pub(crate) fn self_metric_clashes(&mut self, names: &[Arc<str>]) {
+        for name in names {
+            if self.collisions.insert((name.clone(), name.clone())) {
+                tracing::warn!(
+                    family = %name,
+                    "Leaving out an exporter self-metric: a merged family has the same name."
+                );
+            }
+        }
+    }
+
+    /// Logs paths that turned bad or changed reason, and those that recovered.
+    fn problems(&mut self, problems: &[Problem]) {
+        let mut now: HashMap<PathBuf, SkipReason> = HashMap::with_capacity(problems.len());
+        for problem in problems {
+            if self.bad.get(&problem.path) != Some(&problem.reason) {
+                log_problem(problem);
+            }
+            now.insert(problem.path.clone(), problem.reason.clone());
+        }
+        for (path, reason) in &self.bad {
+            if !now.contains_key(path) {
+                match reason {
+                    SkipReason::Vanished => {}
+                    SkipReason::DirectoryMissing => {
+                        tracing::debug!(path = %path.display(), "Metrics directory exists now.")
+                    }
+                    _ => tracing::info!(path = %path.display(), "File is readable again."),
+                }
+            }
+        }
+        self.bad = now;
+    }
+
+    /// Logs subdirectory events; returns the reason label of every conflict
+    /// present (one entry per conflict), for the self-metrics.
+    fn events(&mut self, events: &[Event]) -> Vec<&'static str> {
+        let mut now: HashSet<LoggedConflict> = HashSet::new();
+        let mut conflicts = Vec::new();
+        for event in events {
+            match event {
+                Event::SubdirectoryAppeared(path) => {
+                    tracing::info!(path = %path.display(), "Reading a new subdirectory.")
+                }
+                Event::SubdirectoryGone(path) => tracing::info!(
+                    path = %path.display(),
+                    "Subdirectory is gone; its series are no longer served."
+                ),
+                Event::DuplicateSubdirectory(path) => {
+                    let key: LoggedConflict =
+                        (path.to_string_lossy().into(), "".into(), DUPLICATE_NAME);
+                    if !self.conflicts.contains(&key) {
+                        tracing::warn!(
+                            path = %path.display(),
+                            reason_label = DUPLICATE_NAME,
+                            "Leaving out a subdirectory: an earlier directory has one of the same name."
+                        );
+                    }
+                    now.insert(key);
+                    conflicts.push(DUPLICATE_NAME);
+                }
+                Event::FamilyConflict(conflict) => {
+                    let label = conflict.reason.label();
+                    let key: LoggedConflict =
+                        (conflict.family.clone(), conflict.part.clone(), label);
+                    if !self.conflicts.contains(&key) {
+                        tracing::warn!(
+                            family = %conflict.family,
+                            subdirectory = %conflict.part,
+                            kept_from = %conflict.kept_from,
+                            reason_label = label,
+                            "Subdirectories disagree about a metric family; keeping the first one's type and help."
+                        );
+                    }
+                    now.insert(key);
+                    conflicts.push(label);
+                }
+            }
+        }
+        self.conflicts = now;
+        conflicts
+    }
+}
+
+fn log_problem(problem: &Problem) {
+    let path = problem.path.display();
+    let reason = &problem.reason;
+    let label = reason.label();
+    match reason {
+        // The watcher logs directories appearing and disappearing.
+        SkipReason::DirectoryMissing => {
+            tracing::debug!(%path, "Metrics directory does not exist (yet); serving nothing from it.")
+        }
+        // Deleted between listing and reading: normal when a process exits.
+        SkipReason::Vanished => {
+            tracing::debug!(%path, %reason, reason_label = label, "Skipping file.")
+        }
+        _ => tracing::warn!(%path, %reason, reason_label = label, "Skipping file."),
+    }
+}
