@@ -36,8 +36,9 @@
 //!   ([`pipeline::subdirectories`]).
 //! * [`server`]: the HTTP sidecar (`multiproc-exporter serve`).
 //! * [`cli`]: the command-line interface of the `multiproc-exporter` binary.
-//! * [`demo`]: a vLLM-like simulator that writes real multiprocess files
-//!   (`multiproc-exporter demo`).
+//! * `demo` (cargo feature `demo`, on by default): a vLLM-like simulator that
+//!   writes real multiprocess files (`multiproc-exporter demo`), kept out of
+//!   the core.
 //!
 //! Deliberate differences from prometheus_client are listed in
 //! `docs/differences.md`.
@@ -45,6 +46,7 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 pub mod cli;
+#[cfg(feature = "demo")]
 pub mod demo;
 pub mod expose;
 pub mod format;

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use arbitrary::{Arbitrary, Unstructured};
-use multiproc_exporter::expose::encode::{encode, is_legacy_label_name, is_legacy_metric_name};
+use multiproc_exporter::expose::encode::encode;
 use multiproc_exporter::expose::encode::{Escaping, Format};
 use multiproc_exporter::expose::negotiate::without_openmetrics;
 use multiproc_exporter::expose::negotiate::{choose_encoder, gzip_accepted, name_params};
@@ -26,6 +26,7 @@ use multiproc_exporter::format::layout::{
     read_used, read_value, scan_records, LayoutError, HEADER_LEN,
 };
 use multiproc_exporter::merge::{merge_records, plan, KeyId, KeyStore, PlanInput, RawRecord};
+use multiproc_exporter::model::names::{is_legacy_label_name, is_legacy_metric_name};
 use multiproc_exporter::model::{MetricFamily, MetricType};
 use multiproc_exporter::pipeline::Collector;
 use multiproc_exporter::source::Input;

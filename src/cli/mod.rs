@@ -4,6 +4,7 @@
 //! exporter, [`crate::server`]), `dump` (the merged exposition printed once)
 //! and `demo` (a simulated vLLM directory, served).
 
+#[cfg(feature = "demo")]
 mod demo;
 mod dump;
 pub mod flags;
@@ -14,7 +15,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::server;
-use flags::{DemoFlags, DumpFlags, ServeFlags};
+#[cfg(feature = "demo")]
+use flags::DemoFlags;
+use flags::{DumpFlags, ServeFlags};
 pub use settings::multiproc_dir_from_env;
 
 /// Prometheus exporter for Python prometheus_client multiprocess metric files.
@@ -45,6 +48,7 @@ pub enum Command {
     /// Print the merged exposition of metric files to standard output.
     Dump(DumpFlags),
     /// Write a live, vLLM-like metrics directory and serve it (a quick start).
+    #[cfg(feature = "demo")]
     Demo(DemoFlags),
 }
 
@@ -54,6 +58,7 @@ pub fn main() -> ExitCode {
     match cli.command {
         Some(Command::Dump(flags)) => dump::run(flags),
         Some(Command::Serve(flags)) => serve(flags),
+        #[cfg(feature = "demo")]
         Some(Command::Demo(flags)) => demo::run(flags),
         None => serve(cli.serve),
     }

@@ -14,6 +14,9 @@
 //! name regular expressions also accepts one trailing newline.
 
 use crate::model::float::write_go_float;
+use crate::model::names::{
+    is_legacy_label_name, is_legacy_label_rune, is_legacy_metric_name, is_legacy_metric_rune,
+};
 use crate::model::{MetricFamily, MetricType, Sample};
 
 /// The exposition format.
@@ -271,44 +274,6 @@ fn push_escaped_value(out: &mut String, value: &str) {
             c => out.push(c),
         }
     }
-}
-
-fn is_legacy_label_rune(c: char, index: usize) -> bool {
-    c.is_ascii_alphabetic() || c == '_' || (c.is_ascii_digit() && index > 0)
-}
-
-fn is_legacy_metric_rune(c: char, index: usize) -> bool {
-    is_legacy_label_rune(c, index) || c == ':'
-}
-
-/// Python's `re.match(pattern, s)` for a pattern ending in `$`, which also
-/// matches before a single trailing newline.
-fn without_final_newline(s: &str) -> &str {
-    s.strip_suffix('\n').unwrap_or(s)
-}
-
-/// `^[a-zA-Z_:][a-zA-Z0-9_:]*$` (Python semantics).
-pub fn is_legacy_metric_name(name: &str) -> bool {
-    let body = without_final_newline(name);
-    // Legacy runes are ASCII, so byte positions equal rune positions up to
-    // the first non-ASCII byte, which fails the test anyway.
-    !body.is_empty()
-        && body
-            .bytes()
-            .enumerate()
-            .all(|(i, b)| is_legacy_metric_rune(char::from(b), i))
-}
-
-/// `^[a-zA-Z_][a-zA-Z0-9_]*$` and not `^__.*$` (Python semantics).
-pub fn is_legacy_label_name(name: &str) -> bool {
-    let body = without_final_newline(name);
-    // As in `is_legacy_metric_name`, bytes stand for runes.
-    !body.is_empty()
-        && body
-            .bytes()
-            .enumerate()
-            .all(|(i, b)| is_legacy_label_rune(char::from(b), i))
-        && !body.starts_with("__")
 }
 
 #[cfg(test)]

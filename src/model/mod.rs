@@ -6,6 +6,7 @@
 //! (multiprocess mode never produces them).
 
 pub mod float;
+pub mod names;
 
 use std::sync::Arc;
 

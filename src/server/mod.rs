@@ -1,13 +1,15 @@
 //! The HTTP sidecar: `multiproc-exporter serve` (also what runs with no
 //! subcommand).
 //!
-//! * [`ServeArgs`]: the flags, in the Prometheus exporter style, each with an
-//!   environment-variable form (`docs/configuration.md` lists them all).
+//! * [`ServeSettings`]: what it serves and how, validated by the command line
+//!   (`crate::cli`, whose flags `docs/configuration.md` lists).
 //! * [`app`]: the axum [`Router`] (testable with `tower::ServiceExt::oneshot`):
 //!   the metrics path, `/-/healthy`, `/-/ready` and an HTML landing page at `/`.
-//! * [`run`]: sets up logging, loads the configuration, binds every listen
-//!   address, starts the watcher (`watch`) and serves until SIGTERM or SIGINT,
-//!   then shuts down gracefully (in-flight scrapes finish).
+//! * [`run`]: binds every listen address, starts the watcher (`watch`) and
+//!   serves until SIGTERM or SIGINT, then shuts down gracefully (in-flight
+//!   scrapes finish). Scrapes go through [`crate::pipeline`] (`scrape`, which
+//!   coalesces concurrent ones); the HTTP plumbing is `http`, the web
+//!   configuration `web_config`, the exporter's own telemetry `telemetry`.
 //!
 //! The server starts serving at once, even when no metrics directory exists
 //! yet (vLLM creates its files only after engine start-up): scrapes then

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use crate::expose::encode::is_legacy_label_name;
+use crate::model::names::is_legacy_label_name;
 
 /// The configuration file as written: every key is optional, unknown keys are
 /// errors.

@@ -13,6 +13,9 @@ mod float_format;
 mod bad_input;
 mod faults;
 mod fuzz_corpus;
+
+// The layout of the code itself.
+mod architecture;
 mod least_privilege;
 mod live_writers;
 mod reader;

@@ -1,0 +1,589 @@
+//! A simulated vLLM API-server process: vLLM's PrometheusStatLogger, the
+//! frontend-local metrics and the HTTP instrumentator's metrics.
+
+#[allow(unused_imports)]
+use super::*;
+
+/// Creates one child per engine with labels `model_name, engine` plus `extra`.
+pub(super) struct Maker<'a> {
+    pub(super) model: &'a str,
+    pub(super) engines: usize,
+}
+
+impl Maker<'_> {
+    pub(super) fn labels<'b>(
+        &'b self,
+        engine: &'b str,
+        extra: &[(&'b str, &'b str)],
+    ) -> Vec<(&'b str, &'b str)> {
+        let mut l = vec![("model_name", self.model), ("engine", engine)];
+        l.extend_from_slice(extra);
+        l
+    }
+
+    pub(super) fn counters(
+        &self,
+        w: &mut ProcessWriter,
+        name: &str,
+        help: &str,
+        extra: &[(&str, &str)],
+    ) -> io::Result<Vec<Counter>> {
+        (0..self.engines)
+            .map(|e| w.counter(name, help, &self.labels(&e.to_string(), extra)))
+            .collect()
+    }
+
+    /// vLLM's `for value in values: for idx in engines: base.labels(model, idx, value)`.
+    pub(super) fn counters_by(
+        &self,
+        w: &mut ProcessWriter,
+        name: &str,
+        help: &str,
+        label: &str,
+        values: &[&str],
+    ) -> io::Result<Vec<Vec<Counter>>> {
+        values
+            .iter()
+            .map(|v| self.counters(w, name, help, &[(label, v)]))
+            .collect()
+    }
+
+    pub(super) fn gauges(
+        &self,
+        w: &mut ProcessWriter,
+        name: &str,
+        help: &str,
+        extra: &[(&str, &str)],
+    ) -> io::Result<Vec<Gauge>> {
+        (0..self.engines)
+            .map(|e| {
+                w.gauge(
+                    name,
+                    help,
+                    &self.labels(&e.to_string(), extra),
+                    GaugeMode::MostRecent,
+                )
+            })
+            .collect()
+    }
+
+    pub(super) fn gauges_by(
+        &self,
+        w: &mut ProcessWriter,
+        name: &str,
+        help: &str,
+        label: &str,
+        values: &[&str],
+    ) -> io::Result<Vec<Vec<Gauge>>> {
+        values
+            .iter()
+            .map(|v| self.gauges(w, name, help, &[(label, v)]))
+            .collect()
+    }
+
+    pub(super) fn histograms(
+        &self,
+        w: &mut ProcessWriter,
+        name: &str,
+        help: &str,
+        buckets: &[f64],
+    ) -> io::Result<Vec<Histogram>> {
+        (0..self.engines)
+            .map(|e| w.histogram(name, help, &self.labels(&e.to_string(), &[]), buckets))
+            .collect()
+    }
+}
+
+/// Per-engine metric children of one API server (`Vec`s are indexed by engine; `[value][engine]`
+/// for the extra-label families, in vLLM's creation order).
+pub(super) struct EngineMetrics {
+    pub(super) running: Vec<Gauge>,
+    pub(super) waiting: Vec<Gauge>,
+    pub(super) waiting_by_reason: Vec<Vec<Gauge>>,
+    pub(super) kv_fetch_by_stage: Vec<Vec<Gauge>>,
+    pub(super) sleep_state: Vec<Vec<Gauge>>,
+    pub(super) kv_usage: Vec<Gauge>,
+    pub(super) prefix_queries: Vec<Counter>,
+    pub(super) prefix_hits: Vec<Counter>,
+    pub(super) external_queries: Vec<Counter>,
+    pub(super) external_hits: Vec<Counter>,
+    pub(super) preemptions: Vec<Counter>,
+    pub(super) prompt_tokens: Vec<Counter>,
+    pub(super) prompt_by_source: Vec<Vec<Counter>>,
+    pub(super) prompt_cached: Vec<Counter>,
+    pub(super) cached_by_source: Vec<Vec<Counter>>,
+    pub(super) generation_tokens: Vec<Counter>,
+    pub(super) success: Vec<Vec<Counter>>,
+    pub(super) admission: Vec<Counter>,
+    pub(super) h_prompt_tokens: Vec<Histogram>,
+    pub(super) h_generation_tokens: Vec<Histogram>,
+    pub(super) h_iteration_tokens: Vec<Histogram>,
+    pub(super) h_max_generation_tokens: Vec<Histogram>,
+    pub(super) h_params_n: Vec<Histogram>,
+    pub(super) h_params_max_tokens: Vec<Histogram>,
+    pub(super) h_ttft: Vec<Histogram>,
+    pub(super) h_itl: Vec<Histogram>,
+    pub(super) h_tpot: Vec<Histogram>,
+    pub(super) h_e2e: Vec<Histogram>,
+    pub(super) h_queue: Vec<Histogram>,
+    pub(super) h_inference: Vec<Histogram>,
+    pub(super) h_prefill: Vec<Histogram>,
+    pub(super) h_decode: Vec<Histogram>,
+    pub(super) h_num_preemptions: Vec<Histogram>,
+    pub(super) h_prefill_kv_computed: Vec<Histogram>,
+    pub(super) h_kv_lifetime: Vec<Histogram>,
+    pub(super) h_kv_idle: Vec<Histogram>,
+    pub(super) h_kv_reuse_gap: Vec<Histogram>,
+    pub(super) spec_drafts: Vec<Counter>,
+    pub(super) spec_draft_tokens: Vec<Counter>,
+    pub(super) spec_accepted: Vec<Counter>,
+    pub(super) spec_accepted_per_pos: Vec<Vec<Counter>>,
+    pub(super) mfu_flops: Vec<Counter>,
+    pub(super) mfu_read: Vec<Counter>,
+    pub(super) mfu_write: Vec<Counter>,
+    pub(super) nixl_xfer: Vec<Histogram>,
+    pub(super) nixl_post: Vec<Histogram>,
+    pub(super) nixl_bytes: Vec<Histogram>,
+    pub(super) nixl_descriptors: Vec<Histogram>,
+    pub(super) nixl_failed_transfers: Vec<Counter>,
+    pub(super) nixl_failed_notifications: Vec<Counter>,
+    pub(super) nixl_expired: Vec<Counter>,
+    pub(super) nixl_after_expiry: Vec<Counter>,
+}
+
+/// One request as the instrumentator sees it (`Info`).
+pub(super) struct HttpRequest {
+    pub(super) method: &'static str,
+    pub(super) status: &'static str,
+    pub(super) handler: &'static str,
+    pub(super) request_bytes: f64,
+    pub(super) response_bytes: f64,
+    pub(super) duration: f64,
+}
+
+/// HTTP metrics of prometheus-fastapi-instrumentator's `metrics.default()`; labelled children
+/// are created lazily on first use, like `.labels(...)`.
+pub(super) struct HttpMetrics {
+    pub(super) highr: Histogram,
+    pub(super) requests: Vec<((&'static str, &'static str, &'static str), Counter)>,
+    pub(super) request_size: Vec<(&'static str, Summary)>,
+    pub(super) response_size: Vec<(&'static str, Summary)>,
+    pub(super) lowr: Vec<((&'static str, &'static str), Histogram)>,
+}
+
+pub(super) const HTTP_TOTAL_HELP: &str = "Total number of requests by method, status and handler.";
+pub(super) const HTTP_REQ_SIZE_HELP: &str = "Content length of incoming requests by handler. Only value of header is respected. Otherwise ignored. No percentile calculated. ";
+pub(super) const HTTP_RESP_SIZE_HELP: &str = "Content length of outgoing responses by handler. Only value of header is respected. Otherwise ignored. No percentile calculated. ";
+pub(super) const HTTP_HIGHR_HELP: &str =
+    "Latency with many buckets but no API specific labels. Made for more accurate percentile calculations. ";
+pub(super) const HTTP_LOWR_HELP: &str =
+    "Latency with only few buckets by handler. Made to be only used if aggregation by handler is important. ";
+
+impl HttpMetrics {
+    pub(super) fn new(w: &mut ProcessWriter) -> io::Result<HttpMetrics> {
+        Ok(HttpMetrics {
+            highr: w.histogram(
+                "http_request_duration_highr_seconds",
+                HTTP_HIGHR_HELP,
+                &[],
+                HTTP_HIGHR_BUCKETS,
+            )?,
+            requests: Vec::new(),
+            request_size: Vec::new(),
+            response_size: Vec::new(),
+            lowr: Vec::new(),
+        })
+    }
+
+    /// The instrumentator's `instrumentation(info)` for one request.
+    pub(super) fn record(&mut self, w: &mut ProcessWriter, r: HttpRequest) -> io::Result<()> {
+        let HttpRequest {
+            method,
+            status,
+            handler,
+            request_bytes,
+            response_bytes,
+            duration,
+        } = r;
+        let key = (method, status, handler);
+        let total = match self.requests.iter().find(|(k, _)| *k == key) {
+            Some((_, c)) => *c,
+            None => {
+                let c = w.counter(
+                    "http_requests_total",
+                    HTTP_TOTAL_HELP,
+                    &[("method", method), ("status", status), ("handler", handler)],
+                )?;
+                self.requests.push((key, c));
+                c
+            }
+        };
+        total.inc(w, 1.0)?;
+        let in_size = match self.request_size.iter().find(|(h, _)| *h == handler) {
+            Some((_, s)) => *s,
+            None => {
+                let s = w.summary(
+                    "http_request_size_bytes",
+                    HTTP_REQ_SIZE_HELP,
+                    &[("handler", handler)],
+                )?;
+                self.request_size.push((handler, s));
+                s
+            }
+        };
+        in_size.observe(w, request_bytes)?;
+        let out_size = match self.response_size.iter().find(|(h, _)| *h == handler) {
+            Some((_, s)) => *s,
+            None => {
+                let s = w.summary(
+                    "http_response_size_bytes",
+                    HTTP_RESP_SIZE_HELP,
+                    &[("handler", handler)],
+                )?;
+                self.response_size.push((handler, s));
+                s
+            }
+        };
+        out_size.observe(w, response_bytes)?;
+        self.highr.observe(w, duration)?;
+        let lkey = (method, handler);
+        let idx = match self.lowr.iter().position(|(k, _)| *k == lkey) {
+            Some(i) => i,
+            None => {
+                let h = w.histogram(
+                    "http_request_duration_seconds",
+                    HTTP_LOWR_HELP,
+                    &[("method", method), ("handler", handler)],
+                    HTTP_LOWR_BUCKETS,
+                )?;
+                self.lowr.push((lkey, h));
+                self.lowr.len() - 1
+            }
+        };
+        self.lowr[idx].1.observe(w, duration)
+    }
+}
+
+pub(super) struct ApiServer {
+    pub(super) w: ProcessWriter,
+    pub(super) m: EngineMetrics,
+    pub(super) http: HttpMetrics,
+    pub(super) ws_active: Gauge,
+    pub(super) ws_total: Counter,
+}
+
+impl ApiServer {
+    pub(super) fn new(cfg: &DemoConfig, pid: u64, now: f64) -> io::Result<ApiServer> {
+        let mut w = ProcessWriter::new(&cfg.dir, pid);
+        // Module-level metrics created at import time
+        // (vllm/entrypoints/speech_to_text/realtime/metrics.py).
+        let ws_active = w.gauge(
+            "vllm:websocket_connections_active",
+            "Number of active WebSocket connections.",
+            &[],
+            GaugeMode::LiveSum,
+        )?;
+        let ws_total = w.counter(
+            "vllm:websocket_connections_total",
+            "Total number of WebSocket connections.",
+            &[],
+        )?;
+
+        let mk = Maker {
+            model: &cfg.model_name,
+            engines: cfg.engines,
+        };
+        let request_tokens = build_1_2_5_buckets(cfg.max_model_len);
+        let ww = &mut w;
+        let m = EngineMetrics {
+            running: mk.gauges(ww, "vllm:num_requests_running", "Number of requests in model execution batches.", &[])?,
+            waiting: mk.gauges(ww, "vllm:num_requests_waiting", "Number of requests waiting to be processed.", &[])?,
+            waiting_by_reason: mk.gauges_by(
+                ww,
+                "vllm:num_requests_waiting_by_reason",
+                "Number of requests waiting to be processed, by reason.",
+                "reason",
+                &WAITING_REASONS,
+            )?,
+            kv_fetch_by_stage: mk.gauges_by(
+                ww,
+                "vllm:num_requests_kv_fetch_by_stage",
+                "Number of requests fetching KV cache from a remote instance, by stage.",
+                "stage",
+                &KV_FETCH_STAGES,
+            )?,
+            sleep_state: mk.gauges_by(
+                ww,
+                "vllm:engine_sleep_state",
+                "Engine sleep state; 1 for the current state, 0 otherwise.",
+                "sleep_state",
+                &SLEEP_STATES,
+            )?,
+            kv_usage: mk.gauges(ww, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", &[])?,
+            prefix_queries: mk.counters(
+                ww,
+                "vllm:prefix_cache_queries",
+                "Prefix cache queries, in terms of number of queried tokens.",
+                &[],
+            )?,
+            prefix_hits: mk.counters(ww, "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", &[])?,
+            external_queries: mk.counters(
+                ww,
+                "vllm:external_prefix_cache_queries",
+                "External prefix cache queries from KV connector cross-instance cache sharing, in terms of number of queried tokens.",
+                &[],
+            )?,
+            external_hits: mk.counters(
+                ww,
+                "vllm:external_prefix_cache_hits",
+                "External prefix cache hits from KV connector cross-instance cache sharing, in terms of number of cached tokens.",
+                &[],
+            )?,
+            preemptions: mk.counters(ww, "vllm:num_preemptions", "Cumulative number of preemption from the engine.", &[])?,
+            prompt_tokens: mk.counters(ww, "vllm:prompt_tokens", "Number of prefill tokens processed.", &[])?,
+            prompt_by_source: mk.counters_by(
+                ww,
+                "vllm:prompt_tokens_by_source",
+                "Number of prompt tokens by source.",
+                "source",
+                &PROMPT_SOURCES,
+            )?,
+            prompt_cached: mk.counters(ww, "vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).", &[])?,
+            cached_by_source: mk.counters_by(
+                ww,
+                "vllm:prompt_tokens_cached_by_source",
+                "Number of cached prompt tokens by cache hit source.",
+                "source",
+                &CACHED_SOURCES,
+            )?,
+            generation_tokens: mk.counters(ww, "vllm:generation_tokens", "Number of generation tokens processed.", &[])?,
+            success: mk.counters_by(
+                ww,
+                "vllm:request_success",
+                "Count of successfully processed requests.",
+                "finished_reason",
+                &FINISH_REASONS.map(|(r, _)| r),
+            )?,
+            admission: ADMISSION_REASONS
+                .iter()
+                .map(|r| {
+                    ww.counter(
+                        "vllm:admission_rejections",
+                        "Number of requests rejected at admission, by reason.",
+                        &[("model_name", mk.model), ("reason", r)],
+                    )
+                })
+                .collect::<io::Result<_>>()?,
+            h_prompt_tokens: mk.histograms(ww, "vllm:request_prompt_tokens", "Number of prefill tokens processed.", &request_tokens)?,
+            h_generation_tokens: mk.histograms(
+                ww,
+                "vllm:request_generation_tokens",
+                "Number of generation tokens processed.",
+                &request_tokens,
+            )?,
+            h_iteration_tokens: mk.histograms(
+                ww,
+                "vllm:iteration_tokens_total",
+                "Histogram of number of tokens per engine_step.",
+                ITERATION_TOKENS_BUCKETS,
+            )?,
+            h_max_generation_tokens: mk.histograms(
+                ww,
+                "vllm:request_max_num_generation_tokens",
+                "Histogram of maximum number of requested generation tokens.",
+                &request_tokens,
+            )?,
+            h_params_n: mk.histograms(ww, "vllm:request_params_n", "Histogram of the n request parameter.", PARAMS_N_BUCKETS)?,
+            h_params_max_tokens: mk.histograms(
+                ww,
+                "vllm:request_params_max_tokens",
+                "Histogram of the max_tokens request parameter.",
+                &request_tokens,
+            )?,
+            h_ttft: mk.histograms(ww, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", TTFT_BUCKETS)?,
+            h_itl: mk.histograms(ww, "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", ITL_BUCKETS)?,
+            h_tpot: mk.histograms(
+                ww,
+                "vllm:request_time_per_output_token_seconds",
+                "Histogram of time_per_output_token_seconds per request.",
+                ITL_BUCKETS,
+            )?,
+            h_e2e: mk.histograms(
+                ww,
+                "vllm:e2e_request_latency_seconds",
+                "Histogram of e2e request latency in seconds.",
+                REQUEST_LATENCY_BUCKETS,
+            )?,
+            h_queue: mk.histograms(
+                ww,
+                "vllm:request_queue_time_seconds",
+                "Histogram of time spent in WAITING phase for request.",
+                REQUEST_LATENCY_BUCKETS,
+            )?,
+            h_inference: mk.histograms(
+                ww,
+                "vllm:request_inference_time_seconds",
+                "Histogram of time spent in RUNNING phase for request.",
+                REQUEST_LATENCY_BUCKETS,
+            )?,
+            h_prefill: mk.histograms(
+                ww,
+                "vllm:request_prefill_time_seconds",
+                "Histogram of time spent in PREFILL phase for request.",
+                REQUEST_LATENCY_BUCKETS,
+            )?,
+            h_decode: mk.histograms(
+                ww,
+                "vllm:request_decode_time_seconds",
+                "Histogram of time spent in DECODE phase for request.",
+                REQUEST_LATENCY_BUCKETS,
+            )?,
+            h_num_preemptions: mk.histograms(
+                ww,
+                "vllm:request_num_preemptions",
+                "Number of preemptions per request.",
+                NUM_PREEMPTIONS_BUCKETS,
+            )?,
+            h_prefill_kv_computed: mk.histograms(
+                ww,
+                "vllm:request_prefill_kv_computed_tokens",
+                "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+                &request_tokens,
+            )?,
+            h_kv_lifetime: mk.histograms(
+                ww,
+                "vllm:kv_block_lifetime_seconds",
+                "KV cache block lifetime from allocation to eviction. Sampled metrics (controlled by --kv-cache-metrics-sample).",
+                KV_RESIDENCY_BUCKETS,
+            )?,
+            h_kv_idle: mk.histograms(
+                ww,
+                "vllm:kv_block_idle_before_evict_seconds",
+                "Idle time before KV cache block eviction. Sampled metrics (controlled by --kv-cache-metrics-sample).",
+                KV_RESIDENCY_BUCKETS,
+            )?,
+            h_kv_reuse_gap: mk.histograms(
+                ww,
+                "vllm:kv_block_reuse_gap_seconds",
+                "Time gaps between consecutive KV cache block accesses. Sampled metrics (controlled by --kv-cache-metrics-sample).",
+                KV_RESIDENCY_BUCKETS,
+            )?,
+            spec_drafts: mk.counters(ww, "vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", &[])?,
+            spec_draft_tokens: mk.counters(ww, "vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", &[])?,
+            spec_accepted: mk.counters(ww, "vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", &[])?,
+            spec_accepted_per_pos: (0..SPEC_ACCEPT.len())
+                .map(|p| {
+                    mk.counters(
+                        ww,
+                        "vllm:spec_decode_num_accepted_tokens_per_pos",
+                        "Accepted tokens per draft position.",
+                        &[("position", &p.to_string())],
+                    )
+                })
+                .collect::<io::Result<_>>()?,
+            mfu_flops: mk.counters(
+                ww,
+                "vllm:estimated_flops_per_gpu_total",
+                "Estimated number of floating point operations per GPU (for Model Flops Utilization calculations).",
+                &[],
+            )?,
+            mfu_read: mk.counters(
+                ww,
+                "vllm:estimated_read_bytes_per_gpu_total",
+                "Estimated number of bytes read from memory per GPU (for Model Bandwidth Utilization calculations).",
+                &[],
+            )?,
+            mfu_write: mk.counters(
+                ww,
+                "vllm:estimated_write_bytes_per_gpu_total",
+                "Estimated number of bytes written to memory per GPU (for Model Bandwidth Utilization calculations).",
+                &[],
+            )?,
+            nixl_xfer: mk.histograms(
+                ww,
+                "vllm:nixl_xfer_time_seconds",
+                "Histogram of transfer duration for NIXL KV Cache transfers.",
+                &NIXL_TIME_BUCKETS[1..],
+            )?,
+            nixl_post: mk.histograms(
+                ww,
+                "vllm:nixl_post_time_seconds",
+                "Histogram of transfer post time for NIXL KV Cache transfers.",
+                NIXL_TIME_BUCKETS,
+            )?,
+            nixl_bytes: mk.histograms(
+                ww,
+                "vllm:nixl_bytes_transferred",
+                "Histogram of bytes transferred per NIXL KV Cache transfers.",
+                &nixl_bytes_buckets(),
+            )?,
+            nixl_descriptors: mk.histograms(
+                ww,
+                "vllm:nixl_num_descriptors",
+                "Histogram of number of descriptors per NIXL  KV Cache transfers.",
+                NIXL_DESCRIPTOR_BUCKETS,
+            )?,
+            nixl_failed_transfers: mk.counters(ww, "vllm:nixl_num_failed_transfers", "Number of failed NIXL KV Cache transfers.", &[])?,
+            nixl_failed_notifications: mk.counters(
+                ww,
+                "vllm:nixl_num_failed_notifications",
+                "Number of failed NIXL KV Cache notifications.",
+                &[],
+            )?,
+            nixl_expired: mk.counters(
+                ww,
+                "vllm:nixl_num_kv_expired_reqs",
+                "Number of requests that had their KV expire. NOTE: This metric is tracked on the P instance.",
+                &[],
+            )?,
+            nixl_after_expiry: mk.counters(
+                ww,
+                "vllm:nixl_num_notifications_after_expiry",
+                "Number of notifications received for requests whose KV had already expired.",
+                &[],
+            )?,
+        };
+
+        // log_engine_initialized(): the CacheConfig info gauge (labels: every CacheConfig
+        // field as str(), plus engine; no model_name), and the initial sleep state.
+        for e in 0..cfg.engines {
+            let engine = e.to_string();
+            let info = w.gauge(
+                "vllm:cache_config_info",
+                "Information of the LLMEngine CacheConfig",
+                &[
+                    ("block_size", "16"),
+                    ("cache_dtype", "auto"),
+                    ("calculate_kv_scales", "False"),
+                    ("cpu_offload_gb", "0"),
+                    ("enable_prefix_caching", "True"),
+                    ("engine", &engine),
+                    ("gpu_memory_utilization", "0.9"),
+                    ("is_attention_free", "False"),
+                    ("kv_sharing_fast_prefill", "False"),
+                    ("mamba_cache_dtype", "auto"),
+                    ("num_cpu_blocks", "None"),
+                    ("num_gpu_blocks", "27616"),
+                    ("num_gpu_blocks_override", "None"),
+                    ("prefix_caching_hash_algo", "sha256"),
+                    ("sliding_window", "None"),
+                    ("swap_space", "4"),
+                ],
+                GaugeMode::MostRecent,
+            )?;
+            info.set_at(&mut w, 1.0, now)?;
+            for (s, state) in m.sleep_state.iter().enumerate() {
+                state[e].set_at(&mut w, if s == 0 { 1.0 } else { 0.0 }, now)?;
+            }
+        }
+
+        let http = HttpMetrics::new(&mut w)?;
+        Ok(ApiServer {
+            w,
+            m,
+            http,
+            ws_active,
+            ws_total,
+        })
+    }
+}
