@@ -38,6 +38,32 @@ pub enum SkipReason {
 }
 
 impl SkipReason {
+    /// The label of every reason a *file* is skipped for, in the order the
+    /// self-metric lists them (directory reasons are counted by
+    /// `multiproc_exporter_scrape_directories` instead).
+    pub const FILE_LABELS: &'static [&'static str] = &[
+        "vanished",
+        "permission_denied",
+        "not_regular_file",
+        "link_outside_directory",
+        "link_loop",
+        "io_error",
+        "short_file",
+        "bad_header",
+        "bad_record",
+        "key_not_utf8",
+        "key_not_json",
+        "key_bad_shape",
+        "unknown_type",
+        "bad_file_name",
+        "bad_bucket_bound",
+    ];
+
+    /// Whether this reason concerns a directory (not a file).
+    pub fn is_directory_reason(&self) -> bool {
+        matches!(self, Self::DirectoryMissing | Self::DirectoryUnreadable(_))
+    }
+
     /// A short, stable label for metrics (`reason="..."`).
     pub fn label(&self) -> &'static str {
         match self {
@@ -93,4 +119,60 @@ pub struct Problem {
     pub path: PathBuf,
     /// Why it was left out.
     pub reason: SkipReason,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::key::KeyError;
+    use crate::format::layout::LayoutError;
+    use crate::merge::MergeError;
+
+    /// Every reason (one value of each variant and sub-variant).
+    fn every_reason() -> Vec<SkipReason> {
+        vec![
+            SkipReason::DirectoryMissing,
+            SkipReason::DirectoryUnreadable(String::new()),
+            SkipReason::Vanished,
+            SkipReason::PermissionDenied,
+            SkipReason::NotRegularFile,
+            SkipReason::LinkOutsideDirectory,
+            SkipReason::LinkLoop,
+            SkipReason::Io(String::new()),
+            SkipReason::Layout(LayoutError::ShorterThanHeader { len: 0 }),
+            SkipReason::Layout(LayoutError::UsedBelowHeader { used: 0 }),
+            SkipReason::Layout(LayoutError::UsedBeyondFile { used: 0, len: 0 }),
+            SkipReason::Layout(LayoutError::NegativeKeyLength { offset: 0, len: 0 }),
+            SkipReason::Layout(LayoutError::RecordPastUsed {
+                offset: 0,
+                len: 0,
+                used: 0,
+            }),
+            SkipReason::Key(KeyError::NotUtf8),
+            SkipReason::Key(KeyError::NotJson {
+                offset: 0,
+                what: "",
+            }),
+            SkipReason::Key(KeyError::WrongShape { what: "" }),
+            SkipReason::Key(KeyError::EmptyFamily),
+            SkipReason::Merge(MergeError::UnknownType {
+                prefix: String::new(),
+            }),
+            SkipReason::Merge(MergeError::GaugeNameWithoutPid),
+            SkipReason::Merge(MergeError::InvalidBucketBound { le: String::new() }),
+        ]
+    }
+
+    /// Regression: a new skip reason never showed in the metric, because its
+    /// label was copied into three lists by hand.
+    #[test]
+    fn every_file_skip_reason_is_in_the_metric_label_set() {
+        for reason in every_reason() {
+            assert_eq!(
+                SkipReason::FILE_LABELS.contains(&reason.label()),
+                !reason.is_directory_reason(),
+                "{reason:?}"
+            );
+        }
+    }
 }

@@ -28,6 +28,7 @@ use crate::support;
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::{symlink, FileExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,26 +39,13 @@ use crate::support::{
     ACCEPT_OPENMETRICS,
 };
 use multiproc_exporter::format::writer::{self, GaugeMode, ProcessWriter};
+use multiproc_exporter::source::SkipReason;
 
-/// Every `reason` label of `multiproc_exporter_scrape_files_skipped`.
-const REASONS: &[&str] = &[
-    "vanished",
-    "permission_denied",
-    "not_regular_file",
-    "link_outside_directory",
-    "link_loop",
-    "io_error",
-    "short_file",
-    "bad_header",
-    "bad_record",
-    "key_not_utf8",
-    "key_not_json",
-    "key_bad_shape",
-    "unknown_type",
-    "bad_file_name",
-    "bad_bucket_bound",
-    "panic",
-];
+/// Every `reason` label of `multiproc_exporter_scrape_files_skipped`: the
+/// file skip reasons (one list in the crate) and `panic`.
+fn reasons() -> impl Iterator<Item = &'static str> {
+    SkipReason::FILE_LABELS.iter().copied().chain(["panic"])
+}
 
 const PROMPT_TOKENS: &str = "vllm:prompt_tokens";
 const PROMPT_HELP: &str = "Number of prefill tokens processed.";
@@ -249,9 +237,9 @@ impl Case {
             let body = reply.text();
             assert_eq!(merged_part(&body), expected.text, "round {round}");
             let skipped = skipped_by_reason(&body);
-            for reason in REASONS {
+            for reason in reasons() {
                 assert_eq!(
-                    skipped.get(*reason).copied(),
+                    skipped.get(reason).copied(),
                     Some(counts.get(reason).copied().unwrap_or(0.0)),
                     "round {round}: files skipped for {reason}: {body}"
                 );
@@ -288,6 +276,59 @@ impl Case {
             .collect();
         assert!(errors.is_empty(), "{errors:#?}");
         exporter.assert_alive();
+        self.check_dump(&expected);
+    }
+
+    /// The same directory through `dump` (same launch, same flags): exit 0,
+    /// exactly the good files' text on standard output, and one line on
+    /// standard error for each bad entry, naming it and its reason label.
+    fn check_dump(&self, expected: &Exposition) {
+        let mut command = match self.launch.wrapper.split_first() {
+            None => Command::new(&self.launch.binary),
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(&self.launch.binary);
+                command
+            }
+        };
+        command.arg("dump");
+        let mut args = self.args.iter();
+        while let Some(arg) = args.next() {
+            if arg == "--dir" {
+                command.arg(args.next().expect("--dir DIR"));
+            } else {
+                command.arg(arg);
+            }
+        }
+        for (name, value) in &self.launch.env {
+            command.env(name, value);
+        }
+        let output = command
+            .env_remove("PROMETHEUS_MULTIPROC_DIR")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run dump");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            output.status.success(),
+            "dump: {:?}\n{stderr}",
+            output.status
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&output.stdout),
+            expected.text,
+            "dump\n{stderr}"
+        );
+        for (path, reason) in &self.bad {
+            let named = format!("skipped {} ({reason})", path.display());
+            assert_eq!(
+                stderr.lines().filter(|l| l.contains(&named)).count(),
+                1,
+                "dump names {} once with its reason {reason}:\n{stderr}",
+                path.display()
+            );
+        }
+        assert_eq!(stderr.lines().count(), self.bad.len(), "{stderr}");
     }
 }
 

@@ -54,26 +54,12 @@ pub(crate) struct SelfMetrics {
     pub(crate) web: WebMetrics,
 }
 
-/// Every `reason` label value of `multiproc_exporter_scrape_files_skipped`,
-/// so that a reason that goes away drops to 0 instead of disappearing.
-const SKIP_REASONS: &[&str] = &[
-    "vanished",
-    "permission_denied",
-    "not_regular_file",
-    "link_outside_directory",
-    "link_loop",
-    "io_error",
-    "short_file",
-    "bad_header",
-    "bad_record",
-    "key_not_utf8",
-    "key_not_json",
-    "key_bad_shape",
-    "unknown_type",
-    "bad_file_name",
-    "bad_bucket_bound",
-    "panic",
-];
+/// Every `reason` label value of `multiproc_exporter_scrape_files_skipped`
+/// (so that a reason that goes away drops to 0 instead of disappearing): the
+/// file skip reasons, and `panic` for a scrape that hit a bug.
+fn skip_reasons() -> impl Iterator<Item = &'static str> {
+    SkipReason::FILE_LABELS.iter().copied().chain(["panic"])
+}
 
 /// Every `reason` label value of
 /// `multiproc_exporter_scrape_subdirectory_conflicts`.
@@ -108,9 +94,9 @@ impl SelfMetrics {
         build_info
             .get_or_create(&vec![("version", env!("CARGO_PKG_VERSION").to_owned())])
             .set(1);
-        for reason in SKIP_REASONS {
+        for reason in skip_reasons() {
             m.files_skipped
-                .get_or_create(&vec![("reason", (*reason).to_owned())])
+                .get_or_create(&vec![("reason", reason.to_owned())])
                 .set(0);
         }
         for state in ["present", "missing", "unreadable"] {
@@ -216,17 +202,17 @@ impl SelfMetrics {
         self.directories
             .get_or_create(&vec![("state", "unreadable".to_owned())])
             .set(count(stats.directories_unreadable));
-        for reason in SKIP_REASONS {
-            let n = if *reason == "panic" {
+        for reason in skip_reasons() {
+            let n = if reason == "panic" {
                 usize::from(panicked)
             } else {
                 problems
                     .iter()
-                    .filter(|p| is_file_problem(&p.reason) && p.reason.label() == *reason)
+                    .filter(|p| !p.reason.is_directory_reason() && p.reason.label() == reason)
                     .count()
             };
             self.files_skipped
-                .get_or_create(&vec![("reason", (*reason).to_owned())])
+                .get_or_create(&vec![("reason", reason.to_owned())])
                 .set(count(n));
         }
     }
@@ -309,14 +295,6 @@ impl SelfMetrics {
         }
         families
     }
-}
-
-/// Whether a problem concerns a file (not a directory).
-fn is_file_problem(reason: &SkipReason) -> bool {
-    !matches!(
-        reason,
-        SkipReason::DirectoryMissing | SkipReason::DirectoryUnreadable(_)
-    )
 }
 
 fn count(n: usize) -> i64 {
