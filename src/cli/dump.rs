@@ -75,9 +75,8 @@ pub(crate) fn run(args: DumpFlags) -> ExitCode {
             missing_inputs += 1;
         }
         eprintln!(
-            "multiproc-exporter: skipped {} ({}): {}",
+            "multiproc-exporter: skipped {}: {}",
             problem.path.display(),
-            problem.reason.label(),
             problem.reason
         );
     }

@@ -101,6 +101,21 @@ pub struct WebFlags {
     )]
     pub disable_openmetrics: bool,
 
+    /// How the format is chosen from the scraper's `Accept` header. `safe`
+    /// (the default) answers OpenMetrics only to scrapers that keep UTF-8
+    /// names (`escaping=allow-utf-8`, Prometheus 3.x) and a Prometheus text
+    /// format otherwise, so that Prometheus 2.x stores `vllm:*` names as they
+    /// are; a request without `Accept` gets what vLLM's own route sends.
+    /// `prometheus-client` is prometheus_client 0.26.0's negotiation exactly
+    /// (Prometheus 2.x then gets OpenMetrics with `vllm:` written `vllm_`).
+    #[arg(
+        long = "web.negotiation",
+        env = "MULTIPROC_EXPORTER_WEB_NEGOTIATION",
+        value_enum,
+        default_value = "safe"
+    )]
+    pub negotiation: NegotiationArg,
+
     /// Web configuration file in the format of Prometheus's exporter-toolkit
     /// (`tls_server_config`, `http_server_config`, `basic_auth_users`; see
     /// docs/configuration.md). Checked for changes every second: new
@@ -230,6 +245,15 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
         return Ok(Duration::ZERO);
     }
     humantime::parse_duration(text).map_err(|e| format!("{e} (write e.g. 10s, 500ms, 2m or 0)"))
+}
+
+/// `--web.negotiation`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum NegotiationArg {
+    /// Never answer OpenMetrics with names rewritten (the default).
+    Safe,
+    /// prometheus_client 0.26.0's `choose_encoder`, exactly.
+    PrometheusClient,
 }
 
 /// Exposition format for `dump`.

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use axum::http::Uri;
 
-use super::flags::{ConfigFlags, DirectoryFlags, ServeFlags, WebFlags};
+use super::flags::{ConfigFlags, DirectoryFlags, NegotiationArg, ServeFlags, WebFlags};
+use crate::expose::negotiate::Negotiation;
 use crate::server::{ServeSettings, Settings};
 use crate::source::link_policy::LinkPolicy;
 use crate::transform::config::{label_name_problem, Config, ConfigError};
@@ -139,6 +140,10 @@ pub(crate) fn serve_settings(
             telemetry_path: web.telemetry_path.clone(),
             exporter_metrics: !web.disable_exporter_metrics,
             openmetrics: !web.disable_openmetrics,
+            negotiation: match web.negotiation {
+                NegotiationArg::Safe => Negotiation::Safe,
+                NegotiationArg::PrometheusClient => Negotiation::PrometheusClient,
+            },
             config_path: loaded.path,
             config: loaded.config,
         },

@@ -13,6 +13,21 @@
 //! * [`name_params`] is `parse_qs(query)['name[]']`: the values of every
 //!   `name[]` parameter, percent-decoded, with blank values dropped.
 //!
+//! [`negotiate`] puts a rule in front of that ([`Negotiation::Safe`], the
+//! default): OpenMetrics is answered only to a scraper that keeps UTF-8 names
+//! (`escaping=allow-utf-8`, what Prometheus 3.x sends), because
+//! prometheus_client's OpenMetrics encoder with its default `underscores`
+//! escaping writes `vllm:num_requests_running` as
+//! `vllm_num_requests_running`, and Prometheus 2.x (whose `Accept` prefers
+//! OpenMetrics 1.0.0 without an `escaping` parameter) would store every vLLM
+//! series under a name no vLLM dashboard queries. Every other scraper gets a
+//! Prometheus text format, which keeps the names. A request that names no
+//! format (no `Accept`, or `curl`'s `*/*`) is answered as vLLM's own
+//! `/metrics` route answers it: the text body with
+//! `text/plain; version=1.0.0; charset=utf-8`. [`Negotiation::PrometheusClient`]
+//! (`--web.negotiation=prometheus-client`) is prometheus_client's negotiation
+//! exactly.
+//!
 //! Two deliberate differences, both about requests Python cannot serve well:
 //!
 //! * `escaping=dots` and `escaping=values` are answered with the
@@ -56,6 +71,57 @@ impl Negotiated {
             content_type: CONTENT_TYPE_TEXT_0_0_4.to_owned(),
         }
     }
+}
+
+/// How the server picks the format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Negotiation {
+    /// OpenMetrics only with `escaping=allow-utf-8`, text otherwise, and a
+    /// missing `Accept` answered as vLLM's route answers it (module docs).
+    #[default]
+    Safe,
+    /// prometheus_client 0.26.0's `choose_encoder`, exactly.
+    PrometheusClient,
+}
+
+/// The format for an `Accept` header under `negotiation`; `openmetrics:
+/// false` never answers OpenMetrics (`--web.disable-openmetrics`).
+pub fn negotiate(accept: Option<&str>, negotiation: Negotiation, openmetrics: bool) -> Negotiated {
+    let filtered;
+    let accept = if openmetrics {
+        accept
+    } else {
+        filtered = without_openmetrics(accept);
+        filtered.as_deref()
+    };
+    match negotiation {
+        Negotiation::PrometheusClient => choose_encoder(accept),
+        Negotiation::Safe => {
+            if !names_a_format(accept) {
+                return Negotiated {
+                    content_type: CONTENT_TYPE_TEXT_1_0_0.to_owned(),
+                    ..Negotiated::text_0_0_4()
+                };
+            }
+            let chosen = choose_encoder(accept);
+            if chosen.format == Format::OpenMetrics && chosen.escaping != Escaping::AllowUtf8 {
+                choose_encoder(without_openmetrics(accept).as_deref())
+            } else {
+                chosen
+            }
+        }
+    }
+}
+
+/// Whether an `Accept` header names a Prometheus format at all (`curl`'s
+/// `*/*` and a missing header do not: no preference).
+fn names_a_format(accept: Option<&str>) -> bool {
+    accept.unwrap_or("").split(',').any(|clause| {
+        matches!(
+            clause.split(';').next().map(str::trim),
+            Some("text/plain" | "application/openmetrics-text")
+        )
+    })
 }
 
 /// The Accept header without its `application/openmetrics-text` clauses (for
@@ -259,6 +325,26 @@ fn hex(b: u8) -> Option<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_safe_default_never_answers_openmetrics_with_underscores() {
+        let safe = |accept| negotiate(accept, Negotiation::Safe, true);
+        let two = safe(Some(PROMETHEUS_2));
+        assert_eq!((two.format, two.content_type.as_str()), (Format::Text, CONTENT_TYPE_TEXT_0_0_4));
+        let three = safe(Some(PROMETHEUS_3));
+        assert_eq!((three.format, three.escaping), (Format::OpenMetrics, Escaping::AllowUtf8));
+        let none = safe(None);
+        assert_eq!((none.format, none.content_type.as_str()), (Format::Text, CONTENT_TYPE_TEXT_1_0_0));
+        assert_eq!(safe(Some("")).content_type, CONTENT_TYPE_TEXT_1_0_0);
+        assert_eq!(safe(Some("*/*")).content_type, CONTENT_TYPE_TEXT_1_0_0);
+        assert_eq!(safe(Some("text/plain")).content_type, CONTENT_TYPE_TEXT_0_0_4);
+        // prometheus_client's own negotiation is one flag away.
+        let exact = negotiate(Some(PROMETHEUS_2), Negotiation::PrometheusClient, true);
+        assert_eq!((exact.format, exact.escaping), (Format::OpenMetrics, Escaping::Underscores));
+        assert_eq!(negotiate(None, Negotiation::PrometheusClient, true).content_type, CONTENT_TYPE_TEXT_0_0_4);
+        // --web.disable-openmetrics wins over both.
+        assert_eq!(negotiate(Some(PROMETHEUS_3), Negotiation::Safe, false).format, Format::Text);
+    }
 
     #[test]
     fn without_openmetrics_keeps_the_text_clauses() {

@@ -41,7 +41,7 @@ use axum::Router;
 use flate2::write::GzEncoder;
 use flate2::Compression;
 
-use crate::expose::negotiate::{choose_encoder, gzip_accepted, name_params, without_openmetrics};
+use crate::expose::negotiate::{gzip_accepted, name_params, negotiate, Negotiation};
 use crate::source::link_policy::LinkPolicy;
 use crate::transform::config::{Config, ConfigError};
 
@@ -72,6 +72,7 @@ pub(crate) struct Shared {
     telemetry_path: String,
     exporter_metrics: bool,
     openmetrics: bool,
+    negotiation: Negotiation,
     config_path: Option<PathBuf>,
     config: RwLock<Arc<Config>>,
     config_seen: Mutex<Option<Seen>>,
@@ -100,6 +101,8 @@ pub struct Settings {
     pub exporter_metrics: bool,
     /// Whether OpenMetrics may be negotiated.
     pub openmetrics: bool,
+    /// How the format is negotiated.
+    pub negotiation: Negotiation,
     /// The configuration file, if any (for reloads).
     pub config_path: Option<PathBuf>,
     /// The configuration in force at start.
@@ -129,6 +132,7 @@ impl AppState {
             telemetry_path: settings.telemetry_path,
             exporter_metrics: settings.exporter_metrics,
             openmetrics: settings.openmetrics,
+            negotiation: settings.negotiation,
             config_seen: Mutex::new(None),
             config_path: settings.config_path,
             config: RwLock::new(Arc::new(settings.config)),
@@ -272,11 +276,7 @@ fn joined(headers: &HeaderMap, name: header::HeaderName) -> Option<String> {
 
 async fn metrics(state: AppState, headers: &HeaderMap, query: Option<&str>) -> Response {
     let accept = joined(headers, header::ACCEPT);
-    let negotiated = if state.0.openmetrics {
-        choose_encoder(accept.as_deref())
-    } else {
-        choose_encoder(without_openmetrics(accept.as_deref()).as_deref())
-    };
+    let negotiated = negotiate(accept.as_deref(), state.0.negotiation, state.0.openmetrics);
     let gzip = gzip_accepted(joined(headers, header::ACCEPT_ENCODING).as_deref());
     let request = scrape::Request {
         format: negotiated.format,
@@ -558,6 +558,7 @@ mod tests {
             telemetry_path: "/metrics".into(),
             exporter_metrics,
             openmetrics: true,
+            negotiation: Negotiation::PrometheusClient,
             config_path: None,
             config: Config::default(),
         })

@@ -116,6 +116,11 @@ pub(crate) struct Launch {
     pub(crate) env: Vec<(String, String)>,
     /// `--log.level` (the JSON log lines are captured either way).
     pub(crate) log_level: &'static str,
+    /// Negotiate exactly as prometheus_client does
+    /// (`--web.negotiation=prometheus-client`), unless `ARGS` say otherwise:
+    /// most tests compare every format byte for byte with Python's. The
+    /// default (`safe`) negotiation has tests of its own.
+    pub(crate) exact_negotiation: bool,
 }
 
 impl Default for Launch {
@@ -125,6 +130,7 @@ impl Default for Launch {
             binary: exporter_bin(),
             env: Vec::new(),
             log_level: "debug",
+            exact_negotiation: true,
         }
     }
 }
@@ -196,9 +202,11 @@ impl Exporter {
             }
             None => Command::new(&launch.binary),
         };
+        command.arg("serve").args(args);
+        if launch.exact_negotiation && !args.iter().any(|a| a.starts_with("--web.negotiation")) {
+            command.args(["--web.negotiation", "prometheus-client"]);
+        }
         command
-            .arg("serve")
-            .args(args)
             .args(["--web.listen-address", "127.0.0.1:0"])
             .args(["--log.format", "json", "--log.level", launch.log_level])
             .env_remove("PROMETHEUS_MULTIPROC_DIR")
