@@ -46,7 +46,10 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 KUBERNETES = ROOT / "deploy" / "kubernetes"
 KUBERNETES_VERSION = "1.37"
-EXPORTER_IMAGE = "multiproc-exporter"
+# The manifests name the image after a registry placeholder (nothing is published).
+EXPORTER_IMAGE = "registry.example.com/multiproc-exporter"
+SIDECAR_COMPONENT = KUBERNETES / "components" / "sidecar"
+PRODUCTION_STACK = ROOT / "deploy" / "helm" / "production-stack"
 EXPORTER_PORT = 9089
 EXPORTER_UID = 65532
 WIPE_COMMAND = 'find "$PROMETHEUS_MULTIPROC_DIR" -mindepth 1 -delete'
@@ -295,11 +298,77 @@ def check_sidecar(objects, flags, version):
     ensure(env_value(exporter, "PROMETHEUS_MULTIPROC_DIR") == path or dirs == [path], "the exporter reads vLLM's directory")
     check_wipe(spec, volume, path)
     annotations = pod["metadata"].get("annotations", {})
+    check_container_order(pod)
     ensure(annotations.get("prometheus.io/scrape") == "true", "pod annotation prometheus.io/scrape")
     ensure(annotations.get("prometheus.io/port") == str(EXPORTER_PORT), "pod annotation prometheus.io/port matches the exporter port")
     ensure(port_named(vllm, "metrics") is None, "only the exporter's port is named `metrics`")
     service = one(objects, "Service", "vllm-metrics")
     check_service(service, pod["metadata"]["labels"], exporter)
+
+
+def check_container_order(pod):
+    """vLLM is the pod's first container and its default one, so that
+    `kubectl logs`/`exec` without -c land in vLLM, not in the shell-less exporter."""
+    names = [c["name"] for c in pod["spec"]["containers"]]
+    ensure(names[0] == "vllm", f"vLLM must be the first container, not {names}")
+    annotations = pod["metadata"].get("annotations", {})
+    ensure(annotations.get("kubectl.kubernetes.io/default-container") == "vllm", "pod annotation kubectl.kubernetes.io/default-container: vllm")
+
+
+def check_added_sidecar(deployment, flags, version):
+    """The invariants of components/sidecar applied to any Deployment."""
+    pod = deployment["spec"]["template"]
+    spec = pod["spec"]
+    check_container_order(pod)
+    vllm, path, vllm_mount = check_vllm_directory(spec)
+    exporter = container(spec, "multiproc-exporter")
+    ensure(spec["containers"][-1] is exporter, "the exporter is appended after vLLM's container")
+    check_exporter_container(exporter, flags, version)
+    check_non_root(spec, exporter)
+    m = mount(exporter, vllm_mount["name"])
+    ensure(m["mountPath"] == path and m.get("readOnly") is True, "the exporter mounts vLLM's directory read-only at the same path")
+    ensure(env_value(exporter, "PROMETHEUS_MULTIPROC_DIR") == path, "the exporter reads vLLM's directory")
+    volume = next(v for v in spec["volumes"] if v["name"] == vllm_mount["name"])
+    ensure(volume.get("emptyDir") is not None, "the shared volume is an emptyDir")
+    ensure(pod["metadata"]["annotations"].get("prometheus.io/port") == str(EXPORTER_PORT), "prometheus.io/port annotation")
+
+
+def check_existing_deployment(objects, flags, version):
+    check_added_sidecar(one(objects, "Deployment", "my-vllm"), flags, version)
+
+
+def check_production_stack(kubectl, flags, version):
+    """The post-renderer on (a hand-written copy of) the chart's output: the
+    engine gets the sidecar, the router stays byte for byte what it was."""
+    fixture = ROOT / "tests" / "deploy" / "production-stack-rendered.yaml"
+    out = subprocess.run(
+        [str(PRODUCTION_STACK / "post-renderer.sh")],
+        input=fixture.read_text(), capture_output=True, text=True,
+        env={**os.environ, "KUBECTL": kubectl, "MULTIPROC_EXPORTER_IMAGE": f"{EXPORTER_IMAGE}:{version}"},
+    )
+    ensure(out.returncode == 0, f"post-renderer failed: {out.stderr.strip()}")
+    objects = [d for d in yaml.safe_load_all(out.stdout) if d]
+    validate_all(objects)
+    before = {d["metadata"]["name"]: d for d in yaml.safe_load_all(fixture.read_text()) if d}
+    engine = one(objects, "Deployment", "vllm-llama3-deployment-vllm")
+    check_added_sidecar(engine, flags, version)
+    vllm = container(engine["spec"]["template"]["spec"], "vllm")
+    ensure(env_value(vllm, "PROMETHEUS_MULTIPROC_DIR") == "/var/run/vllm-metrics", "the chart's /tmp default is replaced by the shared directory")
+    router = one(objects, "Deployment", "vllm-deployment-router")
+    ensure(router == before["vllm-deployment-router"], "the router Deployment is left as the chart rendered it")
+    ensure(not list(PRODUCTION_STACK.glob(".render.*")), "the post-renderer removes its work directory")
+    values = yaml.safe_load((PRODUCTION_STACK / "example-values.yaml").read_text())
+    ensure(values["servingEngineSpec"]["modelSpec"][0]["annotations"] == engine["metadata"]["annotations"], "example-values.yaml annotates the engine as the fixture does")
+
+
+def check_vllm_directory(spec):
+    """vLLM's container writes to a mounted, writable PROMETHEUS_MULTIPROC_DIR."""
+    vllm = container(spec, "vllm")
+    path = env_value(vllm, "PROMETHEUS_MULTIPROC_DIR")
+    ensure(path, "PROMETHEUS_MULTIPROC_DIR must be set in vLLM's container environment")
+    volumes = [m for m in vllm.get("volumeMounts", []) if m["mountPath"] == path]
+    ensure(len(volumes) == 1 and not volumes[0].get("readOnly"), f"vLLM should mount a writable volume at {path}")
+    return vllm, path, volumes[0]
 
 
 def check_service(service, pod_labels, exporter):
@@ -597,7 +666,7 @@ def main():
             continue
         check(f"render and validate {name}")(render, directory, kind)
     for directory, kind in kustomization_dirs():
-        if kind != "Component":
+        if kind != "Component" or directory == SIDECAR_COMPONENT:
             continue
         for variant in ("sidecar", "daemonset"):
             name = f"{variant} + {directory.relative_to(KUBERNETES).as_posix()}"
@@ -614,6 +683,10 @@ def main():
         check(f"sidecar invariants: {name}")(lambda n=name: check_sidecar(rendered[n], flags, version))
     for name in ("daemonset", "examples/daemonset-podmonitor"):
         check(f"daemonset invariants: {name}")(lambda n=name: check_daemonset(rendered[n], flags, version))
+    check("sidecar added to an existing Deployment: examples/existing-deployment")(
+        lambda: check_existing_deployment(rendered["examples/existing-deployment"], flags, version)
+    )
+    check("production-stack post-renderer")(check_production_stack, args.kubectl, flags, version)
     for name in ("examples/sidecar-servicemonitor", "examples/daemonset-podmonitor"):
         check(f"monitors match: {name}")(lambda n=name: check_monitors(rendered[n]))
     check("deploy/prometheus.yml")(check_prometheus_yml, args.promtool, [rendered.get("sidecar", []), rendered.get("daemonset", [])])
