@@ -35,7 +35,8 @@
 //!   `serve` take; a parent's subdirectories read as one pod each
 //!   ([`pipeline::subdirectories`]).
 //! * [`server`]: the HTTP sidecar (`multiproc-exporter serve`).
-//! * [`cli`]: the command-line interface of the `multiproc-exporter` binary.
+//! * [`cli`]: the command-line interface of the `multiproc-exporter` binary;
+//!   [`build_info`]: what the binary is (version, revision, build date).
 //! * `demo` (cargo feature `demo`, on by default): a vLLM-like simulator that
 //!   writes real multiprocess files (`multiproc-exporter demo`), kept out of
 //!   the core.
@@ -45,6 +46,7 @@
 #![deny(unsafe_code)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
+pub mod build_info;
 pub mod cli;
 #[cfg(feature = "demo")]
 pub mod demo;

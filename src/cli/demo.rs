@@ -1,5 +1,7 @@
 //! `multiproc-exporter demo`: a vLLM-like simulation writes a metrics
-//! directory ([`crate::demo`]) while the server serves it.
+//! directory ([`crate::demo`]) while the server serves it, on
+//! `127.0.0.1:9089` unless `--web.listen-address` says otherwise. The demo
+//! starts from an empty directory unless `--demo.continue` is given.
 
 use std::process::ExitCode;
 
@@ -7,6 +9,28 @@ use super::flags::{DemoFlags, DirectoryFlags};
 use super::settings::serve_settings;
 use crate::server;
 
+/// Where the demo listens by default: this host only.
+const DEMO_LISTEN_ADDRESS: &str = "127.0.0.1:9089";
+
+/// Removes the `*.db` files directly in `dir` (what an earlier demo left);
+/// returns how many.
+fn remove_metric_files(dir: &std::path::Path) -> std::io::Result<usize> {
+    let mut removed = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let is_metric_file = entry
+            .file_name()
+            .to_str()
+            .is_some_and(crate::format::file_name::is_listed_name);
+        if is_metric_file && entry.file_type()?.is_file() {
+            std::fs::remove_file(entry.path())?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
+/// Runs the demo until SIGTERM or SIGINT.
 pub(crate) fn run(flags: DemoFlags) -> ExitCode {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
@@ -23,10 +47,35 @@ pub(crate) fn run(flags: DemoFlags) -> ExitCode {
         eprintln!("multiproc-exporter: cannot create {}: {e}", dir.display());
         return ExitCode::from(1);
     }
+    if !flags.continue_ {
+        match remove_metric_files(&dir) {
+            Ok(0) => {}
+            Ok(n) => eprintln!(
+                "multiproc-exporter: removed {n} metric files left in {} by an earlier run (--demo.continue keeps them)",
+                dir.display()
+            ),
+            Err(e) => {
+                eprintln!("multiproc-exporter: cannot empty {}: {e}", dir.display());
+                return ExitCode::from(1);
+            }
+        }
+    }
     eprintln!(
         "multiproc-exporter: demo writing vLLM-like metrics to {}",
         dir.display()
     );
+    let listen = if flags.web.listen_addresses.is_empty() {
+        vec![DEMO_LISTEN_ADDRESS.to_owned()]
+    } else {
+        flags.web.listen_addresses.clone()
+    };
+    for address in &listen {
+        let host_port = match address.strip_prefix(':') {
+            Some(port) => format!("localhost:{port}"),
+            None => address.clone(),
+        };
+        eprintln!("multiproc-exporter: demo serving http://{host_port}/metrics (Ctrl-C stops it)");
+    }
     let mut config = crate::demo::DemoConfig::new(&dir);
     config.api_servers = flags.api_servers;
     config.workers = flags.workers;
@@ -42,6 +91,7 @@ pub(crate) fn run(flags: DemoFlags) -> ExitCode {
         &DirectoryFlags::default(),
         &flags.config,
         &flags.web,
+        DEMO_LISTEN_ADDRESS,
     ) {
         Ok(settings) => server::run(settings),
         Err(e) => {

@@ -9,7 +9,7 @@ use super::flags::{DumpFlags, EscapingArg, FormatArg};
 use super::settings::multiproc_dir_from_env;
 use crate::expose::encode::{Escaping, Format};
 use crate::pipeline::{self, Event, Source};
-use crate::source::{Input, SkipReason};
+use crate::source::Input;
 
 pub(crate) fn run(args: DumpFlags) -> ExitCode {
     let usage = |message: String| {
@@ -24,7 +24,8 @@ pub(crate) fn run(args: DumpFlags) -> ExitCode {
         Ok(d) => d,
         Err(e) => return usage(e),
     };
-    let paths = if args.paths.is_empty() {
+    let given: Vec<_> = args.dirs.into_iter().chain(args.paths).collect();
+    let paths = if given.is_empty() {
         match multiproc_dir_from_env() {
             Some(dir) => vec![dir],
             None => {
@@ -32,7 +33,7 @@ pub(crate) fn run(args: DumpFlags) -> ExitCode {
             }
         }
     } else {
-        args.paths
+        given
     };
     // A PATH that is a file is merged as given; with subdirectories, every
     // PATH is a parent directory.
@@ -63,16 +64,12 @@ pub(crate) fn run(args: DumpFlags) -> ExitCode {
         }
     }
     let collection = gathered.collection;
-    let mut missing_inputs = 0;
+    // Exit 1 when nothing could be read at all: every input failed (missing,
+    // unreadable), or there were files and none of them could be merged.
+    let mut failed_inputs = 0;
     for problem in &collection.problems {
-        let is_input = inputs.iter().any(|i| i.path() == problem.path);
-        if is_input
-            && matches!(
-                problem.reason,
-                SkipReason::DirectoryMissing | SkipReason::Vanished
-            )
-        {
-            missing_inputs += 1;
+        if inputs.iter().any(|i| i.path() == problem.path) {
+            failed_inputs += 1;
         }
         eprintln!(
             "multiproc-exporter: skipped {}: {}",
@@ -80,8 +77,20 @@ pub(crate) fn run(args: DumpFlags) -> ExitCode {
             problem.reason
         );
     }
-    if missing_inputs == inputs.len() {
-        eprintln!("multiproc-exporter: nothing to read: no such file or directory");
+    if failed_inputs == inputs.len() {
+        eprintln!("multiproc-exporter: nothing to read: no input could be read");
+        return ExitCode::from(1);
+    }
+    let file_problems = collection
+        .problems
+        .iter()
+        .filter(|p| !p.reason.is_directory_reason())
+        .count();
+    if collection.stats.files_listed > 0 && file_problems >= collection.stats.files_listed {
+        eprintln!(
+            "multiproc-exporter: nothing to read: none of the {} metric files could be read",
+            collection.stats.files_listed
+        );
         return ExitCode::from(1);
     }
     let format = match args.format {

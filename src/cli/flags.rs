@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::builder::TypedValueParser as _;
 use clap::{Args, ValueEnum};
 
-use crate::server::{LogFormat, LogLevel, DEFAULT_LISTEN_ADDRESS};
+use crate::server::{LogFormat, LogLevel};
 
 /// The configuration file (`serve`, `dump`, `demo`).
 #[derive(Debug, Clone, Default, Args)]
@@ -60,13 +60,13 @@ pub struct DirectoryFlags {
 pub struct WebFlags {
     /// Address to listen on, as `host:port`, `[ipv6]:port` or `:port` (all
     /// interfaces). Repeat the flag (or separate addresses with commas in the
-    /// environment variable) to listen on several.
+    /// environment variable) to listen on several. Default: `:9089` for
+    /// `serve`, `127.0.0.1:9089` for `demo` (not reachable from other hosts).
     #[arg(
         long = "web.listen-address",
         env = "MULTIPROC_EXPORTER_WEB_LISTEN_ADDRESS",
         value_name = "ADDRESS",
-        value_delimiter = ',',
-        default_value = DEFAULT_LISTEN_ADDRESS
+        value_delimiter = ','
     )]
     pub listen_addresses: Vec<String>,
 
@@ -192,7 +192,7 @@ pub struct LogFlags {
         long = "log.format",
         env = "MULTIPROC_EXPORTER_LOG_FORMAT",
         value_enum,
-        default_value = "text"
+        default_value = "logfmt"
     )]
     pub log_format: LogFormat,
 
@@ -220,6 +220,20 @@ pub struct ServeFlags {
         value_parser = clap::builder::OsStringValueParser::new().map(PathBuf::from)
     )]
     pub dirs: Vec<PathBuf>,
+
+    /// How often to warn while a directory gives nothing to serve (missing,
+    /// unreadable, empty, or only subdirectories without
+    /// --dir.subdirectories-label); the first warning comes after one
+    /// interval, since an application just starting has not written yet.
+    /// 0 turns the warnings off.
+    #[arg(
+        long = "dir.warn-interval",
+        env = "MULTIPROC_EXPORTER_DIR_WARN_INTERVAL",
+        value_name = "DURATION",
+        value_parser = parse_duration,
+        default_value = "1m"
+    )]
+    pub warn_interval: Duration,
 
     /// How the directories are read.
     #[command(flatten)]
@@ -300,6 +314,10 @@ pub struct DumpFlags {
     /// How the directories are read, as by `serve`.
     #[command(flatten)]
     pub directories: DirectoryFlags,
+    /// A metrics directory, as `serve --dir` names it (the same as giving it
+    /// as a PATH; repeatable, read before the PATHs).
+    #[arg(long = "dir", value_name = "DIR")]
+    pub dirs: Vec<PathBuf>,
     /// Metric directories (their `*.db` entries are read in directory order)
     /// and files (merged in the order given). Defaults to
     /// `$PROMETHEUS_MULTIPROC_DIR`.
@@ -338,6 +356,16 @@ pub struct DemoFlags {
         default_value_t = 1000
     )]
     pub tick_ms: u64,
+    /// Keep the files already in `--demo.dir` and continue their counters
+    /// (by default the demo removes the `*.db` files there and starts
+    /// afresh).
+    #[arg(
+        long = "demo.continue",
+        env = "MULTIPROC_EXPORTER_DEMO_CONTINUE",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub continue_: bool,
     /// Seed of the simulation (the same seed gives the same values).
     #[arg(
         long = "demo.seed",

@@ -27,6 +27,7 @@ pub use settings::multiproc_dir_from_env;
 #[command(
     name = "multiproc-exporter",
     version,
+    long_version = crate::build_info::LONG_VERSION,
     about,
     long_about = None,
     args_conflicts_with_subcommands = true
@@ -54,7 +55,10 @@ pub enum Command {
 
 /// Runs the command line and returns the process exit code.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
     match cli.command {
         Some(Command::Dump(flags)) => dump::run(flags),
         Some(Command::Serve(flags)) => serve(flags),
@@ -62,6 +66,27 @@ pub fn main() -> ExitCode {
         Some(Command::Demo(flags)) => demo::run(flags),
         None => serve(cli.serve),
     }
+}
+
+/// Reports a command-line error the way clap does, with a hint when a path
+/// was given where a subcommand was expected (`multiproc-exporter /dir`).
+fn usage_error(error: clap::Error) -> ExitCode {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if error.kind() == ErrorKind::InvalidSubcommand {
+        if let Some(ContextValue::String(value)) = error.get(ContextKind::InvalidSubcommand) {
+            if value.contains('/') || std::path::Path::new(value).exists() {
+                eprintln!(
+                    "error: '{value}' is not a subcommand\n\n  \
+                     tip: to serve that directory: multiproc-exporter --dir {value}\n  \
+                     tip: to print its metrics once: multiproc-exporter dump {value}\n\n\
+                     For more information, try '--help'."
+                );
+                return ExitCode::from(2);
+            }
+        }
+    }
+    // Help and version are not errors; clap prints and exits as usual.
+    error.exit()
 }
 
 /// `serve`: logging first (so that a bad flag is reported in the chosen

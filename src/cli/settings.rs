@@ -11,7 +11,7 @@ use axum::http::Uri;
 
 use super::flags::{ConfigFlags, DirectoryFlags, NegotiationArg, ServeFlags, WebFlags};
 use crate::expose::negotiate::Negotiation;
-use crate::server::{ServeSettings, Settings};
+use crate::server::{ServeSettings, Settings, DEFAULT_LISTEN_ADDRESS};
 use crate::source::link_policy::LinkPolicy;
 use crate::transform::config::{label_name_problem, Config, ConfigError};
 
@@ -118,16 +118,28 @@ impl ServeFlags {
             .iter()
             .map(|d| absolute(d))
             .collect();
-        serve_settings(dirs, &self.directories, &self.config, &self.web)
+        let mut settings = serve_settings(
+            dirs,
+            &self.directories,
+            &self.config,
+            &self.web,
+            DEFAULT_LISTEN_ADDRESS,
+        )?;
+        // 0 turns the warnings off: an interval too long to ever end.
+        settings.app.directory_warn_interval =
+            timeout(self.warn_interval).unwrap_or(Duration::from_secs(u64::from(u32::MAX)));
+        Ok(settings)
     }
 }
 
-/// The server's settings for `dirs` read as `directories` says.
+/// The server's settings for `dirs` read as `directories` says, listening on
+/// `default_listen` unless the flags name addresses.
 pub(crate) fn serve_settings(
     dirs: Vec<PathBuf>,
     directories: &DirectoryFlags,
     config: &ConfigFlags,
     web: &WebFlags,
+    default_listen: &str,
 ) -> Result<ServeSettings, String> {
     validate_telemetry_path(&web.telemetry_path)?;
     let directories = directories.validate()?;
@@ -140,6 +152,7 @@ pub(crate) fn serve_settings(
             telemetry_path: web.telemetry_path.clone(),
             exporter_metrics: !web.disable_exporter_metrics,
             openmetrics: !web.disable_openmetrics,
+            directory_warn_interval: Duration::from_secs(60),
             negotiation: match web.negotiation {
                 NegotiationArg::Safe => Negotiation::Safe,
                 NegotiationArg::PrometheusClient => Negotiation::PrometheusClient,
@@ -148,7 +161,11 @@ pub(crate) fn serve_settings(
             config: loaded.config,
         },
         config_bytes: loaded.bytes,
-        listen_addresses: web.listen_addresses.clone(),
+        listen_addresses: if web.listen_addresses.is_empty() {
+            vec![default_listen.to_owned()]
+        } else {
+            web.listen_addresses.clone()
+        },
         web_config_file: web.web_config_file.as_deref().map(absolute),
         max_requests: web.max_requests,
         max_connections: web.max_connections,

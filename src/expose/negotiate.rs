@@ -330,20 +330,41 @@ mod tests {
     fn the_safe_default_never_answers_openmetrics_with_underscores() {
         let safe = |accept| negotiate(accept, Negotiation::Safe, true);
         let two = safe(Some(PROMETHEUS_2));
-        assert_eq!((two.format, two.content_type.as_str()), (Format::Text, CONTENT_TYPE_TEXT_0_0_4));
+        assert_eq!(
+            (two.format, two.content_type.as_str()),
+            (Format::Text, CONTENT_TYPE_TEXT_0_0_4)
+        );
         let three = safe(Some(PROMETHEUS_3));
-        assert_eq!((three.format, three.escaping), (Format::OpenMetrics, Escaping::AllowUtf8));
+        assert_eq!(
+            (three.format, three.escaping),
+            (Format::OpenMetrics, Escaping::AllowUtf8)
+        );
         let none = safe(None);
-        assert_eq!((none.format, none.content_type.as_str()), (Format::Text, CONTENT_TYPE_TEXT_1_0_0));
+        assert_eq!(
+            (none.format, none.content_type.as_str()),
+            (Format::Text, CONTENT_TYPE_TEXT_1_0_0)
+        );
         assert_eq!(safe(Some("")).content_type, CONTENT_TYPE_TEXT_1_0_0);
         assert_eq!(safe(Some("*/*")).content_type, CONTENT_TYPE_TEXT_1_0_0);
-        assert_eq!(safe(Some("text/plain")).content_type, CONTENT_TYPE_TEXT_0_0_4);
+        assert_eq!(
+            safe(Some("text/plain")).content_type,
+            CONTENT_TYPE_TEXT_0_0_4
+        );
         // prometheus_client's own negotiation is one flag away.
         let exact = negotiate(Some(PROMETHEUS_2), Negotiation::PrometheusClient, true);
-        assert_eq!((exact.format, exact.escaping), (Format::OpenMetrics, Escaping::Underscores));
-        assert_eq!(negotiate(None, Negotiation::PrometheusClient, true).content_type, CONTENT_TYPE_TEXT_0_0_4);
+        assert_eq!(
+            (exact.format, exact.escaping),
+            (Format::OpenMetrics, Escaping::Underscores)
+        );
+        assert_eq!(
+            negotiate(None, Negotiation::PrometheusClient, true).content_type,
+            CONTENT_TYPE_TEXT_0_0_4
+        );
         // --web.disable-openmetrics wins over both.
-        assert_eq!(negotiate(Some(PROMETHEUS_3), Negotiation::Safe, false).format, Format::Text);
+        assert_eq!(
+            negotiate(Some(PROMETHEUS_3), Negotiation::Safe, false).format,
+            Format::Text
+        );
     }
 
     #[test]

@@ -73,6 +73,7 @@ pub(crate) struct Shared {
     exporter_metrics: bool,
     openmetrics: bool,
     negotiation: Negotiation,
+    directory_warn_interval: Duration,
     config_path: Option<PathBuf>,
     config: RwLock<Arc<Config>>,
     config_seen: Mutex<Option<Seen>>,
@@ -103,6 +104,9 @@ pub struct Settings {
     pub openmetrics: bool,
     /// How the format is negotiated.
     pub negotiation: Negotiation,
+    /// How often a directory that gives nothing to serve (missing, empty,
+    /// unreadable, only subdirectories) is warned about.
+    pub directory_warn_interval: Duration,
     /// The configuration file, if any (for reloads).
     pub config_path: Option<PathBuf>,
     /// The configuration in force at start.
@@ -133,6 +137,7 @@ impl AppState {
             exporter_metrics: settings.exporter_metrics,
             openmetrics: settings.openmetrics,
             negotiation: settings.negotiation,
+            directory_warn_interval: settings.directory_warn_interval,
             config_seen: Mutex::new(None),
             config_path: settings.config_path,
             config: RwLock::new(Arc::new(settings.config)),
@@ -449,14 +454,21 @@ pub async fn serve(settings: ServeSettings) -> ExitCode {
     if let Some(bytes) = config_bytes {
         state.0.remember_config_bytes(bytes);
     }
+    // Values as values: paths joined with ',' and an empty string for none.
+    let shown = |path: &Option<PathBuf>| {
+        path.as_deref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    };
     tracing::info!(
-        version = env!("CARGO_PKG_VERSION"),
-        dirs = ?dirs,
-        subdirectories_label = ?subdirectories_label,
+        version = crate::build_info::VERSION,
+        revision = crate::build_info::REVISION,
+        dirs = %dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(","),
+        subdirectories_label = %subdirectories_label.as_deref().unwrap_or_default(),
         follow_links_outside,
-        config = ?config_path,
+        config = %shown(&config_path),
         telemetry_path = %telemetry_path,
-        web_config = ?web_config_path,
+        web_config = %shown(&web_config_path),
         tls = web.tls_enabled(),
         basic_auth = !web.current().users.is_empty(),
         "Starting multiproc-exporter."
@@ -559,6 +571,7 @@ mod tests {
             exporter_metrics,
             openmetrics: true,
             negotiation: Negotiation::PrometheusClient,
+            directory_warn_interval: Duration::from_secs(60),
             config_path: None,
             config: Config::default(),
         })

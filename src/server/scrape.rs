@@ -33,6 +33,7 @@ use crate::transform::config::Config;
 #[derive(Debug)]
 pub(crate) struct Scraper {
     inputs: Vec<Input>,
+    reads_subdirectories: bool,
     state: Mutex<ScrapeState>,
     in_flight: Mutex<InFlight>,
     finished: Condvar,
@@ -87,6 +88,7 @@ impl Scraper {
     ) -> Self {
         let inputs: Vec<Input> = dirs.iter().cloned().map(Input::Directory).collect();
         Self {
+            reads_subdirectories: subdirectories_label.is_some(),
             state: Mutex::new(ScrapeState {
                 source: Source::new(inputs.clone(), subdirectories_label, link_policy),
                 reporter: Reporter::default(),
@@ -211,6 +213,11 @@ impl Scraper {
             families.extend(own);
         }
         families
+    }
+
+    /// Whether each directory is a parent of one directory per pod.
+    pub(crate) fn reads_subdirectories(&self) -> bool {
+        self.reads_subdirectories
     }
 
     /// Whether at least one directory exists now.

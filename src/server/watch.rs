@@ -45,7 +45,101 @@ const CONFIG_SETTLE: Duration = Duration::from_millis(200);
 #[derive(Debug, Default)]
 struct DirState {
     exists: Option<bool>,
+    /// Whether it ever existed since start-up (to tell "never existed" from
+    /// "was removed").
+    existed: bool,
     files: BTreeSet<OsString>,
+}
+
+/// Why a configured directory gives nothing to serve, as the periodic
+/// warning says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Unservable {
+    NeverExisted,
+    Removed,
+    Unreadable(String),
+    Empty,
+    OnlySubdirectories(usize),
+    NoSubdirectories,
+}
+
+impl Unservable {
+    /// What is wrong with `path` now, if anything.
+    fn of(path: &Path, state: &DirState, per_subdirectory: bool) -> Option<Self> {
+        if !path.is_dir() {
+            return Some(if state.existed {
+                Self::Removed
+            } else {
+                Self::NeverExisted
+            });
+        }
+        let entries = match std::fs::read_dir(path) {
+            Ok(entries) => entries,
+            Err(e) => return Some(Self::Unreadable(e.to_string())),
+        };
+        let (mut files, mut subdirectories) = (0, 0);
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            if name.to_str().is_some_and(is_listed_name) {
+                files += 1;
+            } else if entry.file_type().is_ok_and(|t| t.is_dir())
+                && !name.to_string_lossy().starts_with('.')
+            {
+                subdirectories += 1;
+            }
+        }
+        match (per_subdirectory, files, subdirectories) {
+            (true, _, 0) => Some(Self::NoSubdirectories),
+            (true, _, _) => None,
+            (false, 0, 0) => Some(Self::Empty),
+            (false, 0, n) => Some(Self::OnlySubdirectories(n)),
+            (false, _, _) => None,
+        }
+    }
+
+    /// Logs the warning for `path`.
+    fn warn(&self, path: &Path) {
+        let path = path.display();
+        match self {
+            Self::NeverExisted => tracing::warn!(
+                %path,
+                "Metrics directory does not exist, so there is nothing to serve: check that --dir (or PROMETHEUS_MULTIPROC_DIR) names the directory the application writes to, as the exporter's container sees it."
+            ),
+            Self::Removed => tracing::warn!(
+                %path,
+                "Metrics directory was removed; nothing to serve from it until it is created again."
+            ),
+            Self::Unreadable(error) => tracing::warn!(
+                %path,
+                %error,
+                "Cannot list the metrics directory; nothing to serve from it (check its permissions for the exporter's user)."
+            ),
+            Self::Empty => tracing::warn!(
+                %path,
+                "Metrics directory has no metric files (*.db) yet: is the application running, with PROMETHEUS_MULTIPROC_DIR set to this path before Python started?"
+            ),
+            Self::OnlySubdirectories(subdirectories) => tracing::warn!(
+                %path,
+                subdirectories,
+                "Metrics directory holds only subdirectories, no metric files: to serve one directory per pod (a DaemonSet), pass --dir.subdirectories-label NAME."
+            ),
+            Self::NoSubdirectories => tracing::warn!(
+                %path,
+                "Parent directory has no subdirectories yet (--dir.subdirectories-label): no pod writes here."
+            ),
+        }
+    }
+}
+
+/// Warns about every directory that gives nothing to serve (called every
+/// `--dir.warn-interval` after the first).
+fn warn_unservable(shared: &Shared, dirs: &[DirState]) {
+    let per_subdirectory = shared.scraper.reads_subdirectories();
+    for (path, state) in shared.dirs.iter().zip(dirs) {
+        if let Some(problem) = Unservable::of(path, state, per_subdirectory) {
+            problem.warn(path);
+        }
+    }
 }
 
 /// The watcher and its watched paths (with the identity each had when watched).
@@ -133,6 +227,11 @@ pub(crate) async fn run(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     ticker.tick().await; // the first tick is immediate
     let mut config_due: Option<Instant> = None;
+    // The first warning about a missing or empty directory waits one
+    // interval: at start-up the application may not have written yet.
+    let mut warnings = interval(shared.directory_warn_interval);
+    warnings.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    warnings.tick().await;
 
     loop {
         let mut dirty = false;
@@ -169,6 +268,7 @@ pub(crate) async fn run(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>
                 let shared = shared.clone();
                 let _ = tokio::task::spawn_blocking(move || shared.reload_config(ReloadTrigger::FileChanged)).await;
             }
+            _ = warnings.tick() => warn_unservable(&shared, &dirs),
             Some(()) = recv_hangup(&mut hangup) => {
                 tracing::info!("SIGHUP received; reloading the configuration.");
                 let shared = shared.clone();
@@ -258,6 +358,7 @@ fn rescan(
             _ => {}
         }
         state.exists = Some(exists);
+        state.existed |= exists;
         let files = if exists { list(path) } else { BTreeSet::new() };
         let added: Vec<&OsString> = files.difference(&state.files).collect();
         let removed: Vec<&OsString> = state.files.difference(&files).collect();

@@ -19,6 +19,9 @@ pub(super) struct Listed {
     /// The inode number `readdir` gave for an entry that is a regular file
     /// (not a link), which identifies the file without a `stat`.
     pub(super) inode: Option<u64>,
+    /// Named as an input (not found in a directory): if it does not exist,
+    /// it never did as far as the reader knows.
+    pub(super) named: bool,
 }
 
 /// A directory's `*.db` entries as last listed.
@@ -68,6 +71,7 @@ pub(super) fn list_inputs(
                 paths.push(Listed {
                     path: path.clone(),
                     inode: None,
+                    named: true,
                 });
                 continue;
             }
@@ -184,6 +188,7 @@ fn push_listing(
             Ok(()) => paths.push(Listed {
                 path: entry.path.clone(),
                 inode: entry.inode,
+                named: false,
             }),
             Err(reason) => problems.push((
                 paths.len(),

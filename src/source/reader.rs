@@ -170,6 +170,13 @@ impl Reader {
         for (position, (listed, outcome)) in paths.into_iter().zip(outcomes).enumerate() {
             match outcome.unwrap_or(Ok(())) {
                 Ok(()) => files.push((position, listed.path)),
+                Err(SkipReason::Vanished) if listed.named => problems.push((
+                    position,
+                    Problem {
+                        path: listed.path,
+                        reason: SkipReason::FileMissing,
+                    },
+                )),
                 Err(reason) => {
                     // A missing live gauge file is normal (mark_process_dead); Python skips it silently.
                     let silent = reason == SkipReason::Vanished && is_live_gauge_path(&listed.path);

@@ -15,9 +15,11 @@ pub enum SkipReason {
     DirectoryMissing,
     /// The directory exists but cannot be listed.
     DirectoryUnreadable(String),
-    /// The path does not exist (a file named on the command line, or a file
-    /// deleted between listing and reading).
+    /// A file found in a directory was deleted before it could be read
+    /// (normal when a process exits).
     Vanished,
+    /// A file named as an input (on `dump`'s command line) does not exist.
+    FileMissing,
     /// Opening or reading failed with permission denied.
     PermissionDenied,
     /// Not a regular file (a directory, FIFO, socket or device named `*.db`).
@@ -43,6 +45,7 @@ impl SkipReason {
     /// `multiproc_exporter_scrape_directories` instead).
     pub const FILE_LABELS: &'static [&'static str] = &[
         "vanished",
+        "file_missing",
         "permission_denied",
         "not_regular_file",
         "link_outside_directory",
@@ -70,6 +73,7 @@ impl SkipReason {
             Self::DirectoryMissing => "directory_missing",
             Self::DirectoryUnreadable(_) => "directory_unreadable",
             Self::Vanished => "vanished",
+            Self::FileMissing => "file_missing",
             Self::PermissionDenied => "permission_denied",
             Self::NotRegularFile => "not_regular_file",
             Self::LinkOutsideDirectory => "link_outside_directory",
@@ -95,9 +99,10 @@ impl SkipReason {
 impl std::fmt::Display for SkipReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::DirectoryMissing => f.write_str("directory does not exist"),
-            Self::DirectoryUnreadable(e) => write!(f, "directory cannot be listed: {e}"),
-            Self::Vanished => f.write_str("file does not exist (deleted before it could be read)"),
+            Self::DirectoryMissing => f.write_str("no such directory"),
+            Self::DirectoryUnreadable(e) => write!(f, "cannot list the directory: {e}"),
+            Self::Vanished => f.write_str("file does not exist any more (deleted after the directory was listed)"),
+            Self::FileMissing => f.write_str("no such file or directory"),
             Self::PermissionDenied => f.write_str("permission denied"),
             Self::NotRegularFile => f.write_str("not a regular file"),
             Self::LinkOutsideDirectory => f.write_str(
@@ -134,6 +139,7 @@ mod tests {
             SkipReason::DirectoryMissing,
             SkipReason::DirectoryUnreadable(String::new()),
             SkipReason::Vanished,
+            SkipReason::FileMissing,
             SkipReason::PermissionDenied,
             SkipReason::NotRegularFile,
             SkipReason::LinkOutsideDirectory,

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 /// lower layers (`model` is used by everything).
 const LAYERS: &[(&str, &[&str])] = &[
     ("model", &[]),
+    ("build_info", &[]),
     ("format", &["model"]),
     ("merge", &["format", "model"]),
     ("source", &["merge", "format", "model"]),
@@ -30,6 +31,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "merge",
             "format",
             "model",
+            "build_info",
         ],
     ),
     (
@@ -44,6 +46,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "merge",
             "format",
             "model",
+            "build_info",
         ],
     ),
 ];

@@ -33,6 +33,7 @@ mod web_config;
 // The demo, deployment, rules and dashboards with a real Prometheus.
 mod demo;
 mod deploy_prometheus;
+mod first_hour;
 mod negotiation_e2e;
 mod prometheus_e2e;
 mod queries_e2e;

@@ -48,9 +48,8 @@ fn prometheus_2_keeps_vllm_names_with_default_flags() {
         Some("text/plain; version=1.0.0; charset=utf-8")
     );
 
-    let mut config = String::from(
-        "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\nscrape_configs:\n",
-    );
+    let mut config =
+        String::from("global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\nscrape_configs:\n");
     for (job, exporter) in [("default", &default_flags), ("exact", &exact)] {
         config.push_str(&format!(
             "  - job_name: {job}\n    static_configs:\n      - targets: ['{}']\n",

@@ -168,6 +168,12 @@ fn log_problem(problem: &Problem) {
         SkipReason::DirectoryMissing => {
             tracing::debug!(%path, "Metrics directory does not exist (yet); serving nothing from it.")
         }
+        SkipReason::DirectoryUnreadable(_) => tracing::warn!(
+            %path,
+            %reason,
+            reason_label = label,
+            "Cannot list the metrics directory; serving nothing from it."
+        ),
         // Deleted between listing and reading: normal when a process exits.
         SkipReason::Vanished => {
             tracing::debug!(%path, %reason, reason_label = label, "Skipping file.")

@@ -92,7 +92,12 @@ impl SelfMetrics {
         };
         let build_info: Family<OneLabel, Gauge> = Family::default();
         build_info
-            .get_or_create(&vec![("version", env!("CARGO_PKG_VERSION").to_owned())])
+            .get_or_create(
+                &crate::build_info::labels()
+                    .iter()
+                    .map(|&(name, value)| (name, value.to_owned()))
+                    .collect(),
+            )
             .set(1);
         for reason in skip_reasons() {
             m.files_skipped
@@ -112,7 +117,7 @@ impl SelfMetrics {
         let p = "multiproc_exporter_";
         registry.register(
             format!("{p}build_info"),
-            "A metric with a constant '1' value labeled by the version of multiproc-exporter",
+            "A metric with a constant '1' value labeled by version, revision, branch, build_date, rustc_version, os and arch from which multiproc-exporter was built",
             build_info,
         );
         registry.register(
