@@ -862,7 +862,7 @@ fn compare_with_pure_merge(
         .expect("list fuzz directory")
         .flatten()
         .filter_map(|entry| entry.file_name().into_string().ok())
-        .filter(|name| is_listed_name(name))
+        .filter(|name| is_listed_name(name.as_bytes()))
         .collect();
     let files: Vec<(String, Vec<u8>)> = listed
         .iter()

@@ -18,10 +18,8 @@ fn remove_metric_files(dir: &std::path::Path) -> std::io::Result<usize> {
     let mut removed = 0;
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
-        let is_metric_file = entry
-            .file_name()
-            .to_str()
-            .is_some_and(crate::format::file_name::is_listed_name);
+        let is_metric_file =
+            crate::format::file_name::is_listed_name(entry.file_name().as_encoded_bytes());
         if is_metric_file && entry.file_type()?.is_file() {
             std::fs::remove_file(entry.path())?;
             removed += 1;

@@ -190,8 +190,8 @@ impl FileName {
 
 /// Whether prometheus_client's `glob('*.db')` would list a directory entry
 /// with this name: ends in `.db` (case-sensitive) and does not start with `.`.
-pub fn is_listed_name(name: &str) -> bool {
-    name.ends_with(".db") && !name.starts_with('.')
+pub fn is_listed_name(name: &[u8]) -> bool {
+    name.ends_with(b".db") && !name.starts_with(b".")
 }
 
 #[cfg(test)]
@@ -228,10 +228,10 @@ mod tests {
 
     #[test]
     fn glob_rules() {
-        assert!(is_listed_name("counter_1.db"));
-        assert!(is_listed_name("x.db"));
-        assert!(!is_listed_name(".hidden.db"));
-        assert!(!is_listed_name("counter_1.DB"));
-        assert!(!is_listed_name("counter_1.db.tmp"));
+        assert!(is_listed_name(b"counter_1.db"));
+        assert!(is_listed_name(b"x.db"));
+        assert!(!is_listed_name(b".hidden.db"));
+        assert!(!is_listed_name(b"counter_1.DB"));
+        assert!(!is_listed_name(b"counter_1.db.tmp"));
     }
 }

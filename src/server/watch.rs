@@ -21,6 +21,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -80,7 +81,7 @@ impl Unservable {
         let (mut files, mut subdirectories) = (0, 0);
         for entry in entries.flatten() {
             let name = entry.file_name();
-            if name.to_str().is_some_and(is_listed_name) {
+            if is_listed_name(name.as_bytes()) {
                 files += 1;
             } else if entry.file_type().is_ok_and(|t| t.is_dir())
                 && !name.to_string_lossy().starts_with('.')
@@ -305,11 +306,8 @@ fn classify(
         return (true, true);
     }
     if matches!(event.kind, EventKind::Modify(ref kind) if !matches!(kind, ModifyKind::Name(_))) {
-        let metric_file = |p: &&PathBuf| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(is_listed_name)
-        };
+        let metric_file =
+            |p: &&PathBuf| p.file_name().is_some_and(|n| is_listed_name(n.as_bytes()));
         shared
             .scraper
             .recheck(event.paths.iter().filter(metric_file).cloned());
@@ -397,7 +395,7 @@ fn list(dir: &Path) -> BTreeSet<OsString> {
             entries
                 .flatten()
                 .map(|e| e.file_name())
-                .filter(|n| n.to_str().is_some_and(is_listed_name))
+                .filter(|n| is_listed_name(n.as_bytes()))
                 .collect()
         })
         .unwrap_or_default()

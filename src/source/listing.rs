@@ -3,6 +3,7 @@
 //! and a settled directory's listing reused while it is unchanged.
 
 use std::io;
+use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::{DirEntryExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
@@ -19,6 +20,10 @@ pub(super) struct Listed {
     /// The inode number `readdir` gave for an entry that is a regular file
     /// (not a link), which identifies the file without a `stat`.
     pub(super) inode: Option<u64>,
+    /// The device of the directory it was listed in (with `inode`, the
+    /// file's identity: a tmpfs mounted over the directory gives new files
+    /// the old inode numbers, on another device).
+    pub(super) device: Option<u64>,
     /// Named as an input (not found in a directory): if it does not exist,
     /// it never did as far as the reader knows.
     pub(super) named: bool,
@@ -29,7 +34,12 @@ pub(super) struct Listed {
 pub(super) struct CachedListing {
     device: u64,
     inode: u64,
-    modified: (i64, i64),
+    /// Modification and change times: a new entry changes the first, a
+    /// `chmod` the second (so an unreadable directory is noticed at once).
+    changed: [i64; 4],
+    /// Whether the exporter may open the directory's entries (search
+    /// permission); if not, every entry is skipped as `permission_denied`.
+    searchable: bool,
     entries: Vec<ListedEntry>,
 }
 
@@ -51,11 +61,12 @@ const LISTING_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Expands inputs into the ordered list of files to read.
 ///
-/// A directory whose identity and modification time are those of its last
-/// listing, made when its last change was already [`LISTING_SETTLE`] old, is
-/// not listed again: one `stat` replaces reading every entry (adding,
-/// removing or renaming an entry always changes the directory's modification
-/// time). Links are checked against the policy on every call.
+/// A directory whose identity (device, inode) and modification and change
+/// times are those of its last listing, made when its last change was already
+/// [`LISTING_SETTLE`] old, is not listed again: one `stat` replaces reading
+/// every entry (adding, removing or renaming an entry always changes the
+/// directory's modification time, a permission change its change time).
+/// Links are checked against the policy on every call.
 pub(super) fn list_inputs(
     inputs: &[Input],
     link_policy: LinkPolicy,
@@ -71,6 +82,7 @@ pub(super) fn list_inputs(
                 paths.push(Listed {
                     path: path.clone(),
                     inode: None,
+                    device: None,
                     named: true,
                 });
                 continue;
@@ -78,21 +90,24 @@ pub(super) fn list_inputs(
             Input::Directory(dir) => dir,
         };
         let listed_at = std::time::SystemTime::now();
-        let identity = std::fs::metadata(dir)
-            .ok()
-            .filter(|m| m.is_dir())
-            .map(|m| (m.dev(), m.ino(), (m.mtime(), m.mtime_nsec())));
-        let unchanged = identity.is_some_and(|(device, inode, modified)| {
+        let identity = std::fs::metadata(dir).ok().filter(|m| m.is_dir()).map(|m| {
+            (
+                m.dev(),
+                m.ino(),
+                [m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec()],
+            )
+        });
+        let unchanged = identity.is_some_and(|(device, inode, changed)| {
             listings
                 .get(dir)
-                .is_some_and(|l| l.device == device && l.inode == inode && l.modified == modified)
+                .is_some_and(|l| l.device == device && l.inode == inode && l.changed == changed)
         });
         if !unchanged {
             listings.remove(dir);
             let Some(entries) = read_directory(dir, stats, problems, paths.len()) else {
                 continue;
             };
-            let settled = identity.filter(|(_, _, (secs, nanos))| {
+            let settled = identity.filter(|(_, _, [secs, nanos, _, _])| {
                 let modified = u64::try_from(*secs).ok().map(|secs| {
                     std::time::UNIX_EPOCH
                         + std::time::Duration::new(secs, u32::try_from(*nanos).unwrap_or(0))
@@ -102,7 +117,8 @@ pub(super) fn list_inputs(
             let listing = CachedListing {
                 device: identity.map_or(0, |i| i.0),
                 inode: identity.map_or(0, |i| i.1),
-                modified: identity.map_or((0, 0), |i| i.2),
+                changed: identity.map_or([0; 4], |i| i.2),
+                searchable: searchable(&entries),
                 entries,
             };
             if settled.is_none() {
@@ -133,8 +149,9 @@ fn read_directory(
             stats.directories_present += 1;
             let mut listed = Vec::new();
             for entry in entries.flatten() {
-                let name = entry.file_name();
-                if !name.to_str().is_some_and(is_listed_name) {
+                // By bytes: prometheus_client's `glob` lists names that are not
+                // UTF-8 too (as surrogate escapes).
+                if !is_listed_name(entry.file_name().as_bytes()) {
                     continue;
                 }
                 // `file_type` comes from `readdir` (no `stat`) on the file
@@ -179,7 +196,9 @@ fn push_listing(
 ) {
     let mut links = LinkCheck::new(dir, link_policy);
     for entry in &listing.entries {
-        let allowed = if entry.is_link {
+        let allowed = if !listing.searchable {
+            Err(SkipReason::PermissionDenied)
+        } else if entry.is_link {
             links.check(&entry.path)
         } else {
             Ok(())
@@ -188,6 +207,7 @@ fn push_listing(
             Ok(()) => paths.push(Listed {
                 path: entry.path.clone(),
                 inode: entry.inode,
+                device: Some(listing.device),
                 named: false,
             }),
             Err(reason) => problems.push((
@@ -199,4 +219,14 @@ fn push_listing(
             )),
         }
     }
+}
+
+/// Whether the entries of a listed directory can be reached (the directory
+/// has search permission for this process): a `stat` of its first entry
+/// fails with `EACCES` otherwise. An empty listing has nothing to reach.
+fn searchable(entries: &[ListedEntry]) -> bool {
+    entries.first().is_none_or(|entry| {
+        std::fs::symlink_metadata(&entry.path)
+            .map_or_else(|e| e.kind() != io::ErrorKind::PermissionDenied, |_| true)
+    })
 }

@@ -29,6 +29,9 @@ const FIRST_READ: usize = 4096;
 struct CachedFile {
     device: u64,
     inode: u64,
+    /// Birth time (or change time where the file system has none): tells a
+    /// new file from an old one whose inode number it got.
+    born: (i64, i64),
     name: FileName,
     /// Offset where record scanning stopped.
     parsed_until: usize,
@@ -221,13 +224,16 @@ impl Reader {
     /// left to [`Self::load_pending_values`]; if not, it must be read with
     /// [`Self::refresh`].
     fn check_mapped(&mut self, listed: &Listed) -> bool {
-        let Some(inode) = listed.inode else {
+        let (Some(inode), Some(device)) = (listed.inode, listed.device) else {
             return false;
         };
         let Some(cached) = self.files.get_mut(listed.path.as_os_str()) else {
             return false;
         };
-        if cached.inode != inode {
+        // Device and inode: a tmpfs or bind mount over the directory brings
+        // other files with the same inode numbers. While the map is held the
+        // kernel cannot give its inode number to another file of the device.
+        if cached.inode != inode || cached.device != device {
             return false;
         }
         let Some(map) = &cached.map else {
@@ -381,8 +387,15 @@ impl Reader {
             }));
         }
 
+        // The same file as last time: device and inode, and, unless its map
+        // kept the inode alive (so the number cannot have been reused), the
+        // same birth (or change) time.
+        let born = birth(&meta);
         let still_valid = self.files.get(path.as_os_str()).is_some_and(|c| {
-            c.device == meta.dev() && c.inode == meta.ino() && used >= c.parsed_until
+            c.device == meta.dev()
+                && c.inode == meta.ino()
+                && (c.map.is_some() || c.born == born)
+                && used >= c.parsed_until
         });
         if !still_valid {
             let generation = self.next_generation;
@@ -391,6 +404,7 @@ impl Reader {
                 path.as_os_str().to_os_string(),
                 CachedFile {
                     device: meta.dev(),
+                    born,
                     inode: meta.ino(),
                     name,
                     parsed_until: HEADER_LEN,
@@ -486,6 +500,22 @@ fn load_values(files: &mut [&mut CachedFile]) {
             cached.map = None;
             cached.values.clear();
         }
+    }
+}
+
+/// A file's birth time (`statx`), or its change time on file systems that
+/// keep none.
+fn birth(meta: &std::fs::Metadata) -> (i64, i64) {
+    match meta
+        .created()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+    {
+        Some(d) => (
+            i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+            i64::from(d.subsec_nanos()),
+        ),
+        None => (meta.ctime(), meta.ctime_nsec()),
     }
 }
 

@@ -13,6 +13,7 @@ mod float_format;
 mod bad_input;
 mod faults;
 mod fuzz_corpus;
+mod identity;
 
 // The layout of the code itself.
 mod architecture;
