@@ -495,10 +495,18 @@ mod tests {
         );
         let text =
             String::from_utf8(encode(&families, Format::Text, Escaping::Underscores)).unwrap();
-        assert!(text.contains(&format!(
-            "multiproc_exporter_build_info{{version=\"{}\"}} 1.0\n",
-            env!("CARGO_PKG_VERSION")
-        )));
+        // Labels come out sorted by name, as the Go exporters write them.
+        let mut build_labels: Vec<String> = crate::build_info::labels()
+            .iter()
+            .map(|(name, value)| format!("{name}=\"{value}\""))
+            .collect();
+        build_labels.sort();
+        let build_line = format!(
+            "multiproc_exporter_build_info{{{}}} 1.0\n",
+            build_labels.join(",")
+        );
+        assert!(text.contains(&build_line), "{build_line} not in {text}");
+        assert!(build_line.contains(&format!(",version=\"{}\"}}", env!("CARGO_PKG_VERSION"))));
         assert!(text.contains("multiproc_exporter_scrape_duration_seconds 0.0015\n"));
         assert!(text.contains(
             "multiproc_exporter_scrape_files_skipped{reason=\"permission_denied\"} 1.0\n"
