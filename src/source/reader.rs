@@ -173,6 +173,9 @@ impl Reader {
         for (position, (listed, outcome)) in paths.into_iter().zip(outcomes).enumerate() {
             match outcome.unwrap_or(Ok(())) {
                 Ok(()) => files.push((position, listed.path)),
+                // A missing live gauge file is normal (mark_process_dead),
+                // even when named: Python skips it silently.
+                Err(SkipReason::Vanished) if is_live_gauge_path(&listed.path) => {}
                 Err(SkipReason::Vanished) if listed.named => problems.push((
                     position,
                     Problem {
@@ -180,19 +183,13 @@ impl Reader {
                         reason: SkipReason::FileMissing,
                     },
                 )),
-                Err(reason) => {
-                    // A missing live gauge file is normal (mark_process_dead); Python skips it silently.
-                    let silent = reason == SkipReason::Vanished && is_live_gauge_path(&listed.path);
-                    if !silent {
-                        problems.push((
-                            position,
-                            Problem {
-                                path: listed.path,
-                                reason,
-                            },
-                        ));
-                    }
-                }
+                Err(reason) => problems.push((
+                    position,
+                    Problem {
+                        path: listed.path,
+                        reason,
+                    },
+                )),
             }
         }
         let cache = &self.files;

@@ -102,7 +102,7 @@ impl std::fmt::Display for SkipReason {
             Self::DirectoryMissing => f.write_str("no such directory"),
             Self::DirectoryUnreadable(e) => write!(f, "cannot list the directory: {e}"),
             Self::Vanished => f.write_str("file does not exist any more (deleted after the directory was listed)"),
-            Self::FileMissing => f.write_str("no such file or directory"),
+            Self::FileMissing => f.write_str("does not exist (no such file or directory)"),
             Self::PermissionDenied => f.write_str("permission denied"),
             Self::NotRegularFile => f.write_str("not a regular file"),
             Self::LinkOutsideDirectory => f.write_str(

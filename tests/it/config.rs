@@ -141,6 +141,7 @@ fn invalid_configuration_at_start_is_an_error_naming_the_problem() {
             "127.0.0.1:0",
         ]);
         assert_eq!(code, 2, "{text}");
+        let stderr = crate::support::logfmt_unescaped(&stderr);
         assert!(stderr.contains(message), "serve {text:?}: {stderr}");
     }
     let (code, _, stderr) = run_exporter(&["dump", "--config", "/nonexistent.yaml", &dir]);

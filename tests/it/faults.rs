@@ -727,8 +727,9 @@ fn unreadable_directory() {
         }
     }
     exporter.sync_logs();
+    // Named as a directory, not as a file (issue 10).
     let logged: Vec<_> = exporter
-        .logs_with("Skipping file.")
+        .logs_with("Cannot list the metrics directory; serving nothing from it.")
         .into_iter()
         .filter(|l| l["path"].as_str() == locked.to_str())
         .collect();

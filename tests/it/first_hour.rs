@@ -29,7 +29,7 @@ fn dump_exit_codes_say_whether_anything_could_be_read() {
     assert_eq!(code, 1, "{stderr}");
     assert!(stdout.is_empty());
     assert!(
-        stderr.contains("/nonexistent/counter_1.db: no such file or directory"),
+        stderr.contains("/nonexistent/counter_1.db: does not exist (no such file or directory)"),
         "{stderr}"
     );
     assert!(!stderr.contains("deleted"), "{stderr}");

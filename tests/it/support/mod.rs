@@ -424,6 +424,12 @@ pub(crate) fn run_exporter(args: &[&str]) -> (i32, Vec<u8>, String) {
     )
 }
 
+/// Log text as a reader sees it: logfmt's escaped quotes and backslashes
+/// inside `msg="..."` undone, so a message can be matched as written.
+pub(crate) fn logfmt_unescaped(stderr: &str) -> String {
+    stderr.replace("\\\"", "\"").replace("\\\\", "\\")
+}
+
 /// `multiproc-exporter dump ARGS`, asserting success; stdout.
 pub(crate) fn dump(args: &[&str]) -> Vec<u8> {
     let mut all = vec!["dump"];

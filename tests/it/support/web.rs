@@ -193,6 +193,7 @@ pub(crate) fn assert_web_config_rejected(dir: &Path, config: &Path, yaml: &str, 
         config.to_str().unwrap(),
     ]);
     assert_eq!(code, 2, "{yaml}: {stderr}");
+    let stderr = crate::support::logfmt_unescaped(&stderr);
     assert!(stderr.contains(expected), "{yaml}: {stderr}");
 }
 
