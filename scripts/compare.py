@@ -328,6 +328,9 @@ def start_servers(tools, directory):
                           stderr=subprocess.DEVNULL, text=True)
     rs = subprocess.Popen([tools.exporter, "serve", "--dir", directory,
                            "--web.listen-address", f"127.0.0.1:{rs_port}",
+                           # Byte-identical HTTP answers need Python's negotiation
+                           # (the default, `safe`, differs on purpose for Prometheus 2.x).
+                           "--web.negotiation", "prometheus-client",
                            "--web.disable-exporter-metrics", "--log.level", "warn"],
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -45,7 +45,8 @@ pub(crate) fn run(args: DumpFlags) -> ExitCode {
         inputs.clone(),
         directories.subdirectories_label,
         directories.link_policy,
-    );
+    )
+    .with_memory_budget(directories.memory_budget);
     let gathered = source.collect();
     for event in &gathered.events {
         match event {

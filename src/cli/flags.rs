@@ -53,6 +53,21 @@ pub struct DirectoryFlags {
         value_parser = clap::builder::BoolishValueParser::new()
     )]
     pub follow_links_outside: bool,
+    /// Memory the records read from the metrics directories may hold
+    /// (decoded keys, values and merge plans, estimated). A file whose
+    /// reading would take it past the budget is skipped (reason
+    /// `over_memory_budget`, logged and counted) instead of the exporter
+    /// running out of memory; the other files are served. A size such as
+    /// `256MiB`, `1GiB` or `500MB`; `auto` is 60% of the process's memory
+    /// limit (its cgroup's, or `ulimit -v`), no budget without a limit; `0`
+    /// turns the budget off.
+    #[arg(
+        long = "memory.budget",
+        env = "MULTIPROC_EXPORTER_MEMORY_BUDGET",
+        value_name = "SIZE",
+        default_value = "auto"
+    )]
+    pub memory_budget: String,
 }
 
 /// The HTTP server (`serve`, `demo`).

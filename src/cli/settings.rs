@@ -12,7 +12,9 @@ use axum::http::Uri;
 use super::flags::{ConfigFlags, DirectoryFlags, NegotiationArg, ServeFlags, WebFlags};
 use crate::expose::negotiate::Negotiation;
 use crate::server::{ServeSettings, Settings, DEFAULT_LISTEN_ADDRESS};
+use crate::source::budget::{default_budget, process_memory_limit};
 use crate::source::link_policy::LinkPolicy;
+use crate::source::MemoryBudget;
 use crate::transform::config::{label_name_problem, Config, ConfigError};
 
 /// The multiprocess directory named by the environment, as prometheus_client
@@ -49,6 +51,8 @@ pub(crate) struct DirectorySettings {
     pub(crate) subdirectories_label: Option<Arc<str>>,
     /// Which symbolic links are followed.
     pub(crate) link_policy: LinkPolicy,
+    /// The memory budget of the records read, if any.
+    pub(crate) memory_budget: Option<Arc<MemoryBudget>>,
 }
 
 impl DirectoryFlags {
@@ -71,8 +75,51 @@ impl DirectoryFlags {
             } else {
                 LinkPolicy::InsideDirectory
             },
+            memory_budget: memory_budget(&self.memory_budget)?
+                .map(|limit| Arc::new(MemoryBudget::new(limit))),
         })
     }
+}
+
+/// The budget `--memory.budget` asks for: `auto` derives it from the
+/// process's memory limit, `0` is none.
+fn memory_budget(flag: &str) -> Result<Option<usize>, String> {
+    // Empty: flags made in code (`DirectoryFlags::default()`, the demo's).
+    if flag.trim().is_empty() || flag.trim().eq_ignore_ascii_case("auto") {
+        return Ok(default_budget(process_memory_limit()));
+    }
+    let bytes = parse_size(flag).ok_or_else(|| {
+        format!(
+            "Invalid --memory.budget {flag:?}: expected a size such as 256MiB, 1GiB or 500MB, auto, or 0 for none."
+        )
+    })?;
+    Ok((bytes > 0).then(|| usize::try_from(bytes).unwrap_or(usize::MAX)))
+}
+
+/// A size with an optional unit: `B`, decimal `kB`/`KB`, `MB`, `GB`, `TB`
+/// or binary `KiB`, `MiB`, `GiB`, `TiB` (hand-written: one flag does not
+/// justify a dependency).
+fn parse_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    let multiplier: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "kB" | "KB" | "K" | "k" => 1_000,
+        "MB" | "M" => 1_000_000,
+        "GB" | "G" => 1_000_000_000,
+        "TB" | "T" => 1_000_000_000_000,
+        "KiB" | "Ki" => 1 << 10,
+        "MiB" | "Mi" => 1 << 20,
+        "GiB" | "Gi" => 1 << 30,
+        "TiB" | "Ti" => 1 << 40,
+        _ => return None,
+    };
+    let bytes = number * multiplier as f64;
+    (bytes.is_finite() && bytes >= 0.0 && bytes < u64::MAX as f64).then_some(bytes as u64)
 }
 
 /// The configuration file, loaded.
@@ -149,6 +196,7 @@ pub(crate) fn serve_settings(
             dirs,
             subdirectories_label: directories.subdirectories_label,
             link_policy: directories.link_policy,
+            memory_budget: directories.memory_budget,
             telemetry_path: web.telemetry_path.clone(),
             exporter_metrics: !web.disable_exporter_metrics,
             openmetrics: !web.disable_openmetrics,
@@ -229,6 +277,26 @@ mod tests {
         assert!(super::super::flags::parse_duration("10").is_err());
         assert!(super::super::flags::parse_duration("soon").is_err());
         assert_eq!(timeout(Duration::ZERO), None);
+    }
+
+    #[test]
+    fn memory_budget_sizes() {
+        assert_eq!(parse_size("256MiB"), Some(256 << 20));
+        assert_eq!(parse_size("1GiB"), Some(1 << 30));
+        assert_eq!(parse_size("500MB"), Some(500_000_000));
+        assert_eq!(parse_size("1.5Gi"), Some(3 << 29));
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("lots"), None);
+        assert_eq!(parse_size("-1MiB"), None);
+        assert_eq!(memory_budget("0"), Ok(None));
+        assert_eq!(memory_budget("64MiB"), Ok(Some(64 << 20)));
+        assert_eq!(
+            memory_budget("auto"),
+            Ok(default_budget(process_memory_limit()))
+        );
+        assert!(memory_budget("64 parsecs")
+            .unwrap_err()
+            .contains("--memory.budget"));
     }
 
     #[test]

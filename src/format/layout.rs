@@ -173,7 +173,26 @@ pub fn scan_records(
     out: &mut Vec<RecordLocation>,
 ) -> Result<usize, LayoutError> {
     let used = used.min(data.len());
-    let mut pos = from.max(HEADER_LEN);
+    scan_window(data, 0, from, used, out)
+}
+
+/// [`scan_records`] over a window of the file: `window` holds the file's
+/// bytes from offset `base` on, and the file's records end at `used` (which
+/// may lie past the window). Scans from `from` (a record boundary inside or
+/// at the end of the window) and stops at `used` or before the first record
+/// that does not lie wholly inside the window; returns where it stopped, so
+/// that a file can be scanned in bounded pieces. Offsets in `out` are
+/// offsets in the file. A record that runs past `used` is an error even when
+/// it also runs past the window.
+pub fn scan_window(
+    window: &[u8],
+    base: usize,
+    from: usize,
+    used: usize,
+    out: &mut Vec<RecordLocation>,
+) -> Result<usize, LayoutError> {
+    let end = base.saturating_add(window.len()).min(used);
+    let mut pos = from.max(HEADER_LEN).max(base);
     while pos < used {
         if pos + 4 > used {
             return Err(LayoutError::RecordPastUsed {
@@ -182,7 +201,10 @@ pub fn scan_records(
                 used,
             });
         }
-        let len = read_i32(data, pos);
+        if pos + 4 > end {
+            break;
+        }
+        let len = read_i32(window, pos - base);
         if len < 0 {
             return Err(LayoutError::NegativeKeyLength { offset: pos, len });
         }
@@ -195,6 +217,9 @@ pub fn scan_records(
                 used,
             });
         }
+        if value_offset + VALUE_LEN > end {
+            break;
+        }
         out.push(RecordLocation {
             key_offset: pos + 4,
             key_len,
@@ -203,6 +228,14 @@ pub fn scan_records(
         pos = value_offset + VALUE_LEN;
     }
     Ok(pos)
+}
+
+/// The length of the record starting at `offset` (length field, key,
+/// padding, value and timestamp), given its 4-byte length field; `None` for
+/// a negative length.
+pub fn record_len(length_field: [u8; 4]) -> Option<usize> {
+    let len = usize::try_from(i32::from_ne_bytes(length_field)).ok()?;
+    Some(4 + padded_key_len(len) + VALUE_LEN)
 }
 
 /// Reads the value and timestamp stored at `value_offset`.

@@ -2,9 +2,12 @@
 //! decoded once and kept across scrapes, and its strings and label tuples
 //! are interned, so planning hashes small integers, not strings.
 
+use std::hash::BuildHasher as _;
 use std::sync::Arc;
 
-use rustc_hash::FxHashMap;
+use hashbrown::HashTable;
+use rustc_hash::{FxBuildHasher, FxHashMap};
+use xxhash_rust::xxh3::xxh3_128;
 
 use crate::format::key::{decode_key, KeyError};
 use crate::model::Labels;
@@ -14,22 +17,41 @@ pub type KeyId = u32;
 pub(super) type StrId = u32;
 pub(super) type TupleId = u32;
 
+/// What the allocator adds to every allocation, for the estimate.
+const ALLOCATION_OVERHEAD: usize = 16;
+/// The counts in front of an `Arc`'s contents.
+const ARC_HEADER: usize = 16;
+/// One output label: two `Arc<str>`.
+const LABEL_PAIR: usize = 32;
+
 /// Decoded, interned record keys shared by every file and kept across scrapes.
+///
+/// Sized for high cardinality: a raw key is remembered by its 128-bit XXH3
+/// hash, not its bytes (two different keys of one exporter share a hash with
+/// a probability far below that of a memory error: about 10^-27 for a
+/// million keys); strings and label tuples are stored once, and their tables
+/// hold only ids.
 #[derive(Debug)]
 pub struct KeyStore {
-    pub(super) raw: FxHashMap<Box<[u8]>, KeyId>,
+    /// Key ids by the low half of their raw key's hash.
+    raw: HashTable<KeyId>,
+    /// Each key's raw key hash.
+    raw_hashes: Vec<u128>,
     pub(super) keys: Vec<KeyInfo>,
     pub(super) strings: Vec<Arc<str>>,
-    pub(super) string_ids: FxHashMap<Arc<str>, StrId>,
+    string_ids: HashTable<StrId>,
     pub(super) tuples: Vec<Box<[(StrId, StrId)]>>,
-    pub(super) tuple_ids: FxHashMap<Box<[(StrId, StrId)]>, TupleId>,
+    tuple_ids: HashTable<TupleId>,
     pub(super) with_pid: FxHashMap<(TupleId, StrId), TupleId>,
     pub(super) without_pid: FxHashMap<TupleId, TupleId>,
     pub(super) split_le: FxHashMap<TupleId, Option<(TupleId, StrId)>>,
     pub(super) with_le: FxHashMap<(TupleId, StrId), TupleId>,
-    pub(super) output_labels: FxHashMap<TupleId, Labels>,
+    output_labels: Vec<Option<Labels>>,
     pub(super) pid: StrId,
     pub(super) le: StrId,
+    /// Bytes of raw keys, strings, label pairs and output label pairs held,
+    /// for [`KeyStore::approx_bytes`].
+    content_bytes: usize,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -50,19 +72,21 @@ impl KeyStore {
     /// An empty store.
     pub fn new() -> Self {
         let mut store = Self {
-            raw: FxHashMap::default(),
+            raw: HashTable::new(),
+            raw_hashes: Vec::new(),
             keys: Vec::new(),
             strings: Vec::new(),
-            string_ids: FxHashMap::default(),
+            string_ids: HashTable::new(),
             tuples: Vec::new(),
-            tuple_ids: FxHashMap::default(),
+            tuple_ids: HashTable::new(),
             with_pid: FxHashMap::default(),
             without_pid: FxHashMap::default(),
             split_le: FxHashMap::default(),
             with_le: FxHashMap::default(),
-            output_labels: FxHashMap::default(),
+            output_labels: Vec::new(),
             pid: 0,
             le: 0,
+            content_bytes: 0,
         };
         store.pid = store.string("pid");
         store.le = store.string("le");
@@ -71,7 +95,12 @@ impl KeyStore {
 
     /// Returns the id of a raw key, decoding it the first time it is seen.
     pub fn intern(&mut self, raw: &[u8]) -> Result<KeyId, KeyError> {
-        if let Some(&id) = self.raw.get(raw) {
+        let hash = xxh3_128(raw);
+        let hashes = &self.raw_hashes;
+        if let Some(&id) = self
+            .raw
+            .find(hash as u64, |&id| hashes[id as usize] == hash)
+        {
             return Ok(id);
         }
         let key = decode_key(raw)?;
@@ -91,8 +120,38 @@ impl KeyStore {
             help,
             labels,
         });
-        self.raw.insert(raw.into(), id);
+        self.raw_hashes.push(hash);
+        let hashes = &self.raw_hashes;
+        self.raw
+            .insert_unique(hash as u64, id, |&id| hashes[id as usize] as u64);
         Ok(id)
+    }
+
+    /// An estimate of the heap this store holds, in bytes: the capacity of
+    /// its tables and vectors plus the bytes of the keys, strings and label
+    /// tuples in them (the allocator's own overhead estimated per
+    /// allocation). Used by the memory budget ([`crate::source::MemoryBudget`]).
+    pub fn approx_bytes(&self) -> usize {
+        fn table<K, V>(map: &FxHashMap<K, V>) -> usize {
+            // One control byte per bucket besides the entry.
+            map.capacity() * (std::mem::size_of::<(K, V)>() + 1)
+        }
+        fn ids(table: &HashTable<u32>) -> usize {
+            table.capacity() * (std::mem::size_of::<u32>() + 1)
+        }
+        self.content_bytes
+            + ids(&self.raw)
+            + self.raw_hashes.capacity() * std::mem::size_of::<u128>()
+            + self.keys.capacity() * std::mem::size_of::<KeyInfo>()
+            + self.strings.capacity() * std::mem::size_of::<Arc<str>>()
+            + ids(&self.string_ids)
+            + self.tuples.capacity() * std::mem::size_of::<Box<[(StrId, StrId)]>>()
+            + ids(&self.tuple_ids)
+            + table(&self.with_pid)
+            + table(&self.without_pid)
+            + table(&self.split_le)
+            + table(&self.with_le)
+            + self.output_labels.capacity() * std::mem::size_of::<Option<Labels>>()
     }
 
     /// Number of distinct keys decoded so far.
@@ -111,24 +170,41 @@ impl KeyStore {
     }
 
     pub(super) fn string(&mut self, s: &str) -> StrId {
-        if let Some(&id) = self.string_ids.get(s) {
+        let hash = FxBuildHasher.hash_one(s);
+        let strings = &self.strings;
+        if let Some(&id) = self
+            .string_ids
+            .find(hash, |&id| &*strings[id as usize] == s)
+        {
             return id;
         }
         let id = self.strings.len() as StrId;
-        let shared: Arc<str> = s.into();
-        self.strings.push(shared.clone());
-        self.string_ids.insert(shared, id);
+        self.strings.push(s.into());
+        self.content_bytes += s.len() + ARC_HEADER + ALLOCATION_OVERHEAD;
+        let strings = &self.strings;
+        self.string_ids.insert_unique(hash, id, |&id| {
+            FxBuildHasher.hash_one(&*strings[id as usize])
+        });
         id
     }
 
     pub(super) fn tuple(&mut self, pairs: Vec<(StrId, StrId)>) -> TupleId {
-        if let Some(&id) = self.tuple_ids.get(pairs.as_slice()) {
+        let hash = FxBuildHasher.hash_one(pairs.as_slice());
+        let tuples = &self.tuples;
+        if let Some(&id) = self
+            .tuple_ids
+            .find(hash, |&id| *tuples[id as usize] == *pairs)
+        {
             return id;
         }
         let id = self.tuples.len() as TupleId;
         let boxed: Box<[(StrId, StrId)]> = pairs.into();
-        self.tuples.push(boxed.clone());
-        self.tuple_ids.insert(boxed, id);
+        self.content_bytes += std::mem::size_of_val(&*boxed) + ALLOCATION_OVERHEAD;
+        self.tuples.push(boxed);
+        let tuples = &self.tuples;
+        self.tuple_ids.insert_unique(hash, id, |&id| {
+            FxBuildHasher.hash_one(&*tuples[id as usize])
+        });
         id
     }
 
@@ -193,16 +269,22 @@ impl KeyStore {
 
     /// `dict(labels)` as a sorted label set.
     pub(super) fn labels_for_output(&mut self, labels: TupleId) -> Labels {
-        if let Some(found) = self.output_labels.get(&labels) {
+        let index = labels as usize;
+        if let Some(Some(found)) = self.output_labels.get(index) {
             return found.clone();
         }
-        let built = Labels::new(self.tuples[labels as usize].iter().map(|&(n, v)| {
+        let built = Labels::new(self.tuples[index].iter().map(|&(n, v)| {
             (
                 self.strings[n as usize].clone(),
                 self.strings[v as usize].clone(),
             )
         }));
-        self.output_labels.insert(labels, built.clone());
+        self.content_bytes +=
+            self.tuples[index].len() * LABEL_PAIR + ARC_HEADER + ALLOCATION_OVERHEAD;
+        if self.output_labels.len() <= index {
+            self.output_labels.resize(index + 1, None);
+        }
+        self.output_labels[index] = Some(built.clone());
         built
     }
 }

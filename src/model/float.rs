@@ -16,7 +16,7 @@ use std::fmt::Write as _;
 /// Formats `x` exactly as prometheus_client 0.26.0's `floatToGoString` does.
 ///
 /// ```
-/// use multiproc_exporter::float::go_float_string;
+/// use multiproc_exporter::model::float::go_float_string;
 /// assert_eq!(go_float_string(1.0), "1.0");
 /// assert_eq!(go_float_string(1e6), "1e+06");
 /// assert_eq!(go_float_string(f64::INFINITY), "+Inf");

@@ -4,7 +4,7 @@
 use crate::merge::{KeyStore, MergeInput, PlanCache};
 use crate::model::MetricFamily;
 use crate::source::link_policy::LinkPolicy;
-use crate::source::{Input, Problem, Reader, SkipReason};
+use crate::source::{release_free_heap, Input, MemoryBudget, Problem, Reader, SkipReason};
 
 /// Counters describing one collection.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -47,7 +47,23 @@ pub struct Collector {
     reader: Reader,
     store: KeyStore,
     plans: PlanCache,
+    /// The key store's size right after it was last built from scratch.
+    fresh_store_bytes: Option<usize>,
+    /// Build the caches from scratch at the next collection.
+    rebuild: bool,
+    /// Times the caches were rebuilt.
+    rebuilds: u64,
+    /// Give freed heap back to the system before the next collection.
+    trim: bool,
 }
+
+/// The key store keeps every key, label set and pid it has seen, so that an
+/// unchanged directory costs nothing; when writers come and go (every
+/// recycled worker brings a new pid) it grows. When it has grown past one and
+/// a half times its size right after a rebuild plus this many bytes, the
+/// caches are rebuilt from the files present (one full read), which releases
+/// what vanished files left behind.
+const REBUILD_SLACK_BYTES: usize = 1 << 20;
 
 impl Collector {
     /// A collector with nothing cached.
@@ -62,6 +78,22 @@ impl Collector {
             reader: Reader::with_link_policy(policy),
             ..Self::default()
         }
+    }
+
+    /// Shares `budget` with this collector's reader.
+    pub fn set_memory_budget(&mut self, budget: Option<std::sync::Arc<MemoryBudget>>) {
+        self.reader.set_memory_budget(budget);
+    }
+
+    /// Withdraws this collector's charge from the budget.
+    pub fn release_budget(&mut self) {
+        self.reader.release_budget();
+    }
+
+    /// Times the caches were rebuilt from scratch to release what vanished
+    /// writers left in them.
+    pub fn rebuilds(&self) -> u64 {
+        self.rebuilds
     }
 
     /// Number of distinct record keys decoded so far.
@@ -82,6 +114,20 @@ impl Collector {
     /// Lists, reads and merges `inputs` (in order; directories expanded in
     /// `readdir` order in place).
     pub fn collect(&mut self, inputs: &[Input]) -> Collection {
+        if std::mem::take(&mut self.rebuild) {
+            self.store = KeyStore::new();
+            self.plans = PlanCache::new();
+            self.reader.forget_files();
+            self.fresh_store_bytes = None;
+            self.rebuilds += 1;
+            self.trim = true;
+        }
+        if std::mem::take(&mut self.trim) {
+            // What vanished writers left (their files' state, the last
+            // scrape's plan and body) is free now; without this the
+            // allocator's per-thread arenas keep it resident.
+            release_free_heap();
+        }
         let keys_before = self.store.len();
         let read = self.reader.read(inputs, &mut self.store);
         let merge_inputs: Vec<MergeInput<'_>> = read.files.iter().map(|f| f.merge).collect();
@@ -98,6 +144,14 @@ impl Collector {
             ));
         }
         problems.sort_by_key(|(position, _)| *position);
+        self.trim = read.stats.files_forgotten > 0;
+        let store_bytes = self.store.approx_bytes();
+        match self.fresh_store_bytes {
+            None => self.fresh_store_bytes = Some(store_bytes),
+            Some(fresh) => {
+                self.rebuild = store_bytes > fresh + fresh / 2 + REBUILD_SLACK_BYTES;
+            }
+        }
         let stats = CollectStats {
             directories_present: read.stats.directories_present,
             directories_missing: read.stats.directories_missing,

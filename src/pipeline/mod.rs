@@ -22,7 +22,7 @@ pub use collector::{CollectStats, Collection, Collector};
 use crate::expose::encode::{encode, Escaping, Format};
 use crate::model::MetricFamily;
 use crate::source::link_policy::LinkPolicy;
-use crate::source::Input;
+use crate::source::{Input, MemoryBudget};
 use crate::transform::combine::Conflict;
 use crate::transform::config::Config;
 use crate::transform::{self, Collision};
@@ -33,6 +33,7 @@ use subdirectories::SubdirectoryReader;
 pub struct Source {
     inputs: Vec<Input>,
     link_policy: LinkPolicy,
+    memory_budget: Option<Arc<MemoryBudget>>,
     kind: Kind,
 }
 
@@ -91,7 +92,24 @@ impl Source {
         Self {
             inputs,
             link_policy,
+            memory_budget: None,
             kind,
+        }
+    }
+
+    /// Shares `budget` with every reader of this source (see
+    /// [`crate::source::MemoryBudget`]).
+    pub fn with_memory_budget(mut self, budget: Option<Arc<MemoryBudget>>) -> Self {
+        self.memory_budget = budget;
+        self.apply_budget();
+        self
+    }
+
+    fn apply_budget(&mut self) {
+        let budget = self.memory_budget.clone();
+        match &mut self.kind {
+            Kind::Inputs(collector) => collector.set_memory_budget(budget),
+            Kind::Subdirectories(reader) => reader.set_memory_budget(budget),
         }
     }
 
@@ -124,6 +142,12 @@ impl Source {
 
     /// Forgets everything cached (after a bug made a collection panic).
     pub fn reset(&mut self) {
+        if let Kind::Inputs(collector) = &mut self.kind {
+            collector.release_budget();
+        }
+        if let Kind::Subdirectories(reader) = &mut self.kind {
+            reader.release_budget();
+        }
         self.kind = match &self.kind {
             Kind::Inputs(_) => {
                 Kind::Inputs(Box::new(Collector::with_link_policy(self.link_policy)))
@@ -134,6 +158,7 @@ impl Source {
                 self.link_policy,
             )),
         };
+        self.apply_budget();
     }
 
     /// Lists, reads and merges the inputs.

@@ -29,7 +29,7 @@ use std::sync::Arc;
 
 use crate::pipeline::{CollectStats, Collection, Collector};
 use crate::source::link_policy::LinkPolicy;
-use crate::source::{Input, Problem, SkipReason};
+use crate::source::{Input, MemoryBudget, Problem, SkipReason};
 use crate::transform::combine::{combine, Conflict, Part};
 
 /// Reads every subdirectory of the parents as its own metrics directory.
@@ -41,6 +41,8 @@ pub struct SubdirectoryReader {
     link_policy: LinkPolicy,
     /// One reader per subdirectory seen at the last collection.
     readers: BTreeMap<PathBuf, Collector>,
+    /// The memory budget the readers share, if any.
+    memory_budget: Option<Arc<MemoryBudget>>,
 }
 
 /// The result of one [`SubdirectoryReader::collect`].
@@ -72,6 +74,22 @@ impl SubdirectoryReader {
             label: label.into(),
             link_policy,
             readers: BTreeMap::new(),
+            memory_budget: None,
+        }
+    }
+
+    /// Shares `budget` with every subdirectory's reader.
+    pub fn set_memory_budget(&mut self, budget: Option<Arc<MemoryBudget>>) {
+        for reader in self.readers.values_mut() {
+            reader.set_memory_budget(budget.clone());
+        }
+        self.memory_budget = budget;
+    }
+
+    /// Withdraws every subdirectory reader's charge from the budget.
+    pub fn release_budget(&mut self) {
+        for reader in self.readers.values_mut() {
+            reader.release_budget();
         }
     }
 
@@ -138,7 +156,9 @@ impl SubdirectoryReader {
                 Some(reader) => reader,
                 None => {
                     out.appeared.push(path.clone());
-                    Collector::with_link_policy(self.link_policy)
+                    let mut reader = Collector::with_link_policy(self.link_policy);
+                    reader.set_memory_budget(self.memory_budget.clone());
+                    reader
                 }
             };
             let collection = reader.collect(&[Input::Directory(path.clone())]);
@@ -150,7 +170,13 @@ impl SubdirectoryReader {
             });
             self.readers.insert(path, reader);
         }
-        out.disappeared = previous.into_keys().collect();
+        out.disappeared = previous
+            .into_iter()
+            .map(|(path, mut reader)| {
+                reader.release_budget();
+                path
+            })
+            .collect();
 
         let combined = combine(&self.label, parts);
         out.collection = Collection {

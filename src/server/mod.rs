@@ -26,7 +26,6 @@ use web_config::auth;
 mod watch;
 mod web_config;
 
-use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex, RwLock};
@@ -38,11 +37,10 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use flate2::write::GzEncoder;
-use flate2::Compression;
 
 use crate::expose::negotiate::{gzip_accepted, name_params, negotiate, Negotiation};
 use crate::source::link_policy::LinkPolicy;
+use crate::source::MemoryBudget;
 use crate::transform::config::{Config, ConfigError};
 
 pub use listen::DEFAULT_LISTEN_ADDRESS;
@@ -96,6 +94,8 @@ pub struct Settings {
     pub subdirectories_label: Option<Arc<str>>,
     /// Which symbolic links in the directories are followed.
     pub link_policy: LinkPolicy,
+    /// The memory budget of the records read (`--memory.budget`), if any.
+    pub memory_budget: Option<Arc<MemoryBudget>>,
     /// Metrics path (starts with `/`).
     pub telemetry_path: String,
     /// Whether to append the exporter's own metrics.
@@ -131,6 +131,7 @@ impl AppState {
                 &settings.dirs,
                 settings.subdirectories_label,
                 settings.link_policy,
+                settings.memory_budget,
             ),
             dirs: settings.dirs,
             telemetry_path: settings.telemetry_path,
@@ -287,6 +288,7 @@ async fn metrics(state: AppState, headers: &HeaderMap, query: Option<&str>) -> R
         format: negotiated.format,
         escaping: negotiated.escaping,
         names: name_params(query),
+        gzip,
     };
     let shared = state.0.clone();
     let body = tokio::task::spawn_blocking(move || {
@@ -297,7 +299,10 @@ async fn metrics(state: AppState, headers: &HeaderMap, query: Option<&str>) -> R
     .await
     .unwrap_or_else(|e| {
         tracing::error!(error = %e, "The scrape task failed; serving an empty body.");
-        Vec::new()
+        scrape::SharedBody::alone(scrape::Rendered {
+            body: Vec::new(),
+            gzipped: false,
+        })
     });
     let content_type = HeaderValue::from_str(&negotiated.content_type).unwrap_or_else(|_| {
         HeaderValue::from_static(crate::expose::negotiate::CONTENT_TYPE_TEXT_0_0_4)
@@ -306,32 +311,13 @@ async fn metrics(state: AppState, headers: &HeaderMap, query: Option<&str>) -> R
     response
         .headers_mut()
         .insert(header::CONTENT_TYPE, content_type);
-    let body = if gzip {
-        match gzip_bytes(&body) {
-            Ok(compressed) => {
-                response
-                    .headers_mut()
-                    .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
-                compressed
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "Cannot gzip the response; sending it uncompressed.");
-                body
-            }
-        }
-    } else {
-        body
-    };
-    *response.body_mut() = Body::from(body);
+    if body.gzipped() {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    }
+    *response.body_mut() = Body::from(axum::body::Bytes::from_owner(body));
     response
-}
-
-/// Gzips a whole body (as Python's `gzip.compress` does; the header's mtime
-/// is 0 here, so equal bodies compress to equal bytes).
-fn gzip_bytes(data: &[u8]) -> std::io::Result<Vec<u8>> {
-    let mut encoder = GzEncoder::new(Vec::with_capacity(data.len() / 4 + 64), Compression::fast());
-    encoder.write_all(data)?;
-    encoder.finish()
 }
 
 fn landing_page(telemetry_path: &str) -> Response {
@@ -567,6 +553,7 @@ mod tests {
             dirs: vec![dir],
             subdirectories_label: None,
             link_policy: LinkPolicy::default(),
+            memory_budget: None,
             telemetry_path: "/metrics".into(),
             exporter_metrics,
             openmetrics: true,
@@ -661,8 +648,8 @@ mod tests {
     fn gzip_is_deterministic_and_round_trips() {
         use std::io::Read as _;
         let data = b"# HELP a b\n".repeat(100);
-        let a = gzip_bytes(&data).unwrap();
-        assert_eq!(a, gzip_bytes(&data).unwrap());
+        let a = scrape::gzip_bytes(&data).unwrap();
+        assert_eq!(a, scrape::gzip_bytes(&data).unwrap());
         let mut out = Vec::new();
         flate2::read::GzDecoder::new(&a[..])
             .read_to_end(&mut out)

@@ -6,8 +6,12 @@
 //! earlier ones decoded. Concurrent scrapes are coalesced (like client_golang's
 //! `CoalesceGather`): a scrape that arrives while a collection is in flight
 //! waits for it and shares its result instead of reading every file again, so
-//! several Prometheus replicas scraping at once cost one collection. Each
-//! request then restricts and encodes the shared families in its own format.
+//! several Prometheus replicas scraping at once cost one collection. The
+//! encoded (and gzipped) body is shared too: concurrent scrapes that ask for
+//! the same format, escaping, names and compression wait for one encoding
+//! instead of each holding a copy, so eight scrapes of a large directory
+//! cost about one body of memory. Nothing is kept between scrapes: the
+//! families and bodies are held only while a request uses them.
 //!
 //! Nothing here fails a scrape: a bad file is left out, logged once when it
 //! first turns bad (again only if its reason changes) and counted in the
@@ -15,9 +19,13 @@
 //! scrape serves the self-metrics alone, with a fresh reader for the next one.
 
 use std::collections::HashSet;
+use std::io::Write as _;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+
+use flate2::write::GzEncoder;
+use flate2::Compression;
 use std::time::Instant;
 
 use crate::expose::encode::{Escaping, Format};
@@ -27,6 +35,7 @@ use crate::server::telemetry::events::Reporter;
 use crate::server::telemetry::self_metrics::{self, SelfMetrics};
 use crate::source::link_policy::LinkPolicy;
 use crate::source::Input;
+use crate::source::MemoryBudget;
 use crate::transform::config::Config;
 
 /// Reads, merges and encodes; one per server.
@@ -36,6 +45,7 @@ pub(crate) struct Scraper {
     reads_subdirectories: bool,
     state: Mutex<ScrapeState>,
     in_flight: Mutex<InFlight>,
+    bodies: Mutex<Bodies>,
     finished: Condvar,
     rechecks: Mutex<Rechecks>,
 }
@@ -57,7 +67,56 @@ struct InFlight {
     running: bool,
     /// Incremented each time a collection finishes.
     generation: u64,
-    last: Arc<Vec<MetricFamily>>,
+    /// The last result, while a scrape still uses it (the scrapes that
+    /// joined the collection take it from here).
+    last: std::sync::Weak<Vec<MetricFamily>>,
+}
+
+/// The bodies being encoded or sent for the current collection, by request.
+#[derive(Debug, Default)]
+struct Bodies {
+    generation: u64,
+    entries: Vec<(BodyKey, std::sync::Weak<OnceLock<Rendered>>)>,
+}
+
+/// What makes two scrapes' bodies equal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct BodyKey {
+    format: Format,
+    escaping: Escaping,
+    names: Option<Vec<String>>,
+    gzip: bool,
+}
+
+/// An encoded body, gzipped if the request asked for it and gzip worked.
+#[derive(Debug)]
+pub(crate) struct Rendered {
+    /// The bytes to send.
+    pub(crate) body: Vec<u8>,
+    /// Whether `body` is gzipped.
+    pub(crate) gzipped: bool,
+}
+
+/// A shared [`Rendered`] body, as HTTP body bytes without a copy.
+#[derive(Debug, Clone)]
+pub(crate) struct SharedBody(Arc<OnceLock<Rendered>>);
+
+impl SharedBody {
+    /// A body that is not shared.
+    pub(crate) fn alone(rendered: Rendered) -> Self {
+        Self(Arc::new(OnceLock::from(rendered)))
+    }
+
+    /// Whether the body is gzipped.
+    pub(crate) fn gzipped(&self) -> bool {
+        self.0.get().is_some_and(|r| r.gzipped)
+    }
+}
+
+impl AsRef<[u8]> for SharedBody {
+    fn as_ref(&self) -> &[u8] {
+        self.0.get().map_or(&[], |r| r.body.as_slice())
+    }
 }
 
 #[derive(Debug)]
@@ -75,6 +134,8 @@ pub(crate) struct Request {
     pub(crate) escaping: Escaping,
     /// `?name[]=` values, if any.
     pub(crate) names: Option<Vec<String>>,
+    /// Whether the client accepts gzip.
+    pub(crate) gzip: bool,
 }
 
 impl Scraper {
@@ -85,16 +146,19 @@ impl Scraper {
         dirs: &[PathBuf],
         subdirectories_label: Option<Arc<str>>,
         link_policy: LinkPolicy,
+        memory_budget: Option<Arc<MemoryBudget>>,
     ) -> Self {
         let inputs: Vec<Input> = dirs.iter().cloned().map(Input::Directory).collect();
         Self {
             reads_subdirectories: subdirectories_label.is_some(),
             state: Mutex::new(ScrapeState {
-                source: Source::new(inputs.clone(), subdirectories_label, link_policy),
+                source: Source::new(inputs.clone(), subdirectories_label, link_policy)
+                    .with_memory_budget(memory_budget),
                 reporter: Reporter::default(),
             }),
             inputs,
             in_flight: Mutex::new(InFlight::default()),
+            bodies: Mutex::new(Bodies::default()),
             finished: Condvar::new(),
             rechecks: Mutex::new(Rechecks::default()),
         }
@@ -126,27 +190,73 @@ impl Scraper {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Runs one scrape and returns the encoded body.
+    /// Runs one scrape and returns the encoded body, shared with the
+    /// concurrent scrapes that asked for the same one.
     pub(crate) fn render(
         &self,
         request: &Request,
         config: &Config,
         self_metrics: Option<&SelfMetrics>,
-    ) -> Vec<u8> {
-        let families = self.coalesced(|| self.collect(config, self_metrics));
-        pipeline::render(
-            &families,
-            request.names.as_deref(),
-            request.format,
-            request.escaping,
-        )
+    ) -> SharedBody {
+        let (generation, families) = self.coalesced(|| self.collect(config, self_metrics));
+        let key = BodyKey {
+            format: request.format,
+            escaping: request.escaping,
+            names: request.names.clone(),
+            gzip: request.gzip,
+        };
+        let cell = {
+            let mut bodies = self.bodies.lock().unwrap_or_else(|e| e.into_inner());
+            if bodies.generation != generation {
+                bodies.generation = generation;
+                bodies.entries.clear();
+            }
+            bodies.entries.retain(|(_, cell)| cell.strong_count() > 0);
+            let found = bodies
+                .entries
+                .iter()
+                .find(|(k, _)| *k == key)
+                .and_then(|(_, cell)| cell.upgrade());
+            found.unwrap_or_else(|| {
+                let cell = Arc::new(OnceLock::new());
+                bodies.entries.push((key, Arc::downgrade(&cell)));
+                cell
+            })
+        };
+        // The first scrape encodes; the others with the same key wait for it.
+        cell.get_or_init(|| {
+            let body = pipeline::render(
+                &families,
+                request.names.as_deref(),
+                request.format,
+                request.escaping,
+            );
+            drop(families);
+            if request.gzip {
+                match gzip_bytes(&body) {
+                    Ok(body) => return Rendered { body, gzipped: true },
+                    Err(e) => {
+                        tracing::error!(error = %e, "Cannot gzip the response; sending it uncompressed.");
+                    }
+                }
+            }
+            Rendered {
+                body,
+                gzipped: false,
+            }
+        });
+        SharedBody(cell)
     }
 
     /// Runs `collect`, unless a collection is already in flight: then waits
-    /// for it and returns its result.
-    fn coalesced(&self, collect: impl FnOnce() -> Vec<MetricFamily>) -> Arc<Vec<MetricFamily>> {
+    /// for it and returns its result (or, when every scrape is already done
+    /// with it, runs another). Returns the collection's generation too.
+    fn coalesced(&self, collect: impl Fn() -> Vec<MetricFamily>) -> (u64, Arc<Vec<MetricFamily>>) {
         let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
-        if in_flight.running {
+        loop {
+            if !in_flight.running {
+                break;
+            }
             let joined = in_flight.generation;
             while in_flight.generation == joined {
                 in_flight = self
@@ -154,8 +264,10 @@ impl Scraper {
                     .wait(in_flight)
                     .unwrap_or_else(|e| e.into_inner());
             }
-            tracing::debug!("Joined a collection in flight.");
-            return in_flight.last.clone();
+            if let Some(last) = in_flight.last.upgrade() {
+                tracing::debug!("Joined a collection in flight.");
+                return (in_flight.generation, last);
+            }
         }
         in_flight.running = true;
         drop(in_flight);
@@ -167,10 +279,11 @@ impl Scraper {
         let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
         in_flight.running = false;
         in_flight.generation += 1;
-        in_flight.last = result.clone();
+        in_flight.last = Arc::downgrade(&result);
+        let generation = in_flight.generation;
         drop(in_flight);
         self.finished.notify_all();
-        result
+        (generation, result)
     }
 
     /// Reads and merges the directories, applies the configuration and adds
@@ -224,4 +337,12 @@ impl Scraper {
     pub(crate) fn any_directory_exists(&self) -> bool {
         self.inputs.iter().any(|i| i.path().is_dir())
     }
+}
+
+/// Gzips a whole body (as Python's `gzip.compress` does; the header's mtime
+/// is 0 here, so equal bodies compress to equal bytes).
+pub(crate) fn gzip_bytes(data: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut encoder = GzEncoder::new(Vec::with_capacity(data.len() / 4 + 64), Compression::fast());
+    encoder.write_all(data)?;
+    encoder.finish()
 }

@@ -1,4 +1,5 @@
-//! Long-lived read-only maps of metric files: the crate's only `unsafe` code.
+//! Long-lived read-only maps of metric files, and giving freed heap back to
+//! the system ([`release_free_heap`]): the crate's only `unsafe` code.
 //!
 //! Once a file's structure is known, a scrape needs only its `used` header and
 //! its values, which sit at fixed offsets. Reading them through a long-lived,
@@ -36,6 +37,19 @@ use std::sync::atomic::{compiler_fence, AtomicUsize, Ordering};
 use std::sync::{Once, OnceLock};
 
 use memmap2::{MmapOptions, MmapRaw};
+
+/// Returns the heap memory that is free but still held by the allocator to
+/// the system (glibc's `malloc_trim`; nothing elsewhere). Called after the
+/// caches were rebuilt, so that memory released by vanished writers' state
+/// leaves the process's resident set instead of staying with the allocator.
+pub fn release_free_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `malloc_trim` takes no pointer, only walks glibc's own arenas
+    // under their locks, and is safe to call from any thread at any time.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
 
 /// A load touched a page past the end of the file: the file shrank after it
 /// was mapped. The map must be dropped; the file must be read again.

@@ -20,6 +20,7 @@
 //! followed according to a [`link_policy::LinkPolicy`] (by default only links that stay
 //! inside the directory, see [`crate::source::link_policy`]).
 
+pub mod budget;
 pub mod link_policy;
 mod listing;
 mod mapped;
@@ -28,6 +29,8 @@ mod skip;
 
 use std::path::{Path, PathBuf};
 
+pub use budget::MemoryBudget;
+pub use mapped::release_free_heap;
 pub use reader::{Read, ReadFile, Reader};
 pub use skip::{Problem, SkipReason};
 
@@ -73,4 +76,6 @@ pub struct ReadStats {
     pub files_listed: usize,
     /// Bytes read from files.
     pub bytes_read: u64,
+    /// Files read before that are gone now (their state was released).
+    pub files_forgotten: usize,
 }

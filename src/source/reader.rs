@@ -8,16 +8,18 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
+use super::budget::MemoryBudget;
 use super::link_policy::LinkPolicy;
 use super::listing::{list_inputs, CachedListing, Listed};
 use super::mapped::MappedFile;
 use super::{Input, Problem, ReadStats, SkipReason};
 use crate::format::file_name::FileName;
 use crate::format::layout::{
-    read_used, read_value, scan_records, LayoutError, HEADER_LEN, VALUE_LEN,
+    read_used, read_value, record_len, scan_window, LayoutError, HEADER_LEN, VALUE_LEN,
 };
 use crate::merge::{KeyId, KeyStore, MergeError, MergeInput};
 
@@ -49,6 +51,17 @@ struct CachedFile {
     /// The file mapped read-only (within the process-wide budget of maps),
     /// so that a steady-state read is a few loads and no system call.
     map: Option<MappedFile>,
+}
+
+impl CachedFile {
+    /// Estimated heap bytes held for this file (its path and name included).
+    fn heap_bytes(&self) -> usize {
+        const FILE_OVERHEAD: usize = 256;
+        FILE_OVERHEAD
+            + self.keys.capacity() * (4 + PLAN_BYTES_PER_RECORD)
+            + self.value_offsets.capacity() * 4
+            + self.values.capacity() * 16
+    }
 }
 
 /// One file that was read and can take part in the merge.
@@ -84,6 +97,25 @@ pub struct Reader {
     link_policy: LinkPolicy,
     /// Directory listings, reused while a directory is unchanged.
     listings: FxHashMap<PathBuf, CachedListing>,
+    /// The memory budget shared with the other readers, if any.
+    budget: Option<Arc<MemoryBudget>>,
+    /// What this reader last charged to the budget.
+    charged: usize,
+    /// Estimated heap bytes of the cached files' vectors.
+    files_bytes: usize,
+    /// Files skipped for the budget, not read again while unchanged.
+    over_budget: FxHashMap<OsString, OverBudget>,
+    /// Collections made so far.
+    collections: u64,
+}
+
+/// A file skipped for the memory budget.
+#[derive(Debug)]
+struct OverBudget {
+    /// Device, inode and `used` when it was skipped.
+    identity: (u64, u64, usize),
+    /// The last collection that listed it.
+    collection: u64,
 }
 
 impl Reader {
@@ -99,6 +131,31 @@ impl Reader {
             link_policy: policy,
             ..Self::default()
         }
+    }
+
+    /// Shares `budget` with this reader: a file whose reading would take
+    /// the memory held past it is skipped ([`SkipReason::OverMemoryBudget`]).
+    pub fn set_memory_budget(&mut self, budget: Option<Arc<MemoryBudget>>) {
+        self.budget = budget;
+    }
+
+    /// Forgets every cached file (and the files skipped for the budget), to
+    /// rebuild the caches from scratch with a new key store; listings and
+    /// settings are kept.
+    pub fn forget_files(&mut self) {
+        self.files.clear();
+        self.over_budget.clear();
+        self.files_bytes = 0;
+        self.buffer = Vec::new();
+    }
+
+    /// Withdraws this reader's charge from the budget (before it is dropped
+    /// or rebuilt).
+    pub fn release_budget(&mut self) {
+        if let Some(budget) = &self.budget {
+            budget.update(self.charged, 0);
+        }
+        self.charged = 0;
     }
 
     /// Makes the next collection check `path` with a `stat` before trusting
@@ -139,8 +196,11 @@ impl Reader {
             &mut problems,
         );
         stats.files_listed = paths.len();
+        self.collections += 1;
+        self.files_bytes = 0;
         for cached in self.files.values_mut() {
             cached.seen = false;
+            self.files_bytes += cached.heap_bytes();
         }
 
         // Read every listed file: unchanged mapped files only have their
@@ -168,7 +228,22 @@ impl Reader {
         }
 
         // Forget the files that are gone (their maps are released with them).
+        let before = self.files.len();
         self.files.retain(|_, cached| cached.seen);
+        stats.files_forgotten = before - self.files.len();
+        let collection = self.collections;
+        self.over_budget.retain(|_, o| o.collection == collection);
+        if let Some(budget) = &self.budget {
+            let now = store.approx_bytes()
+                + self
+                    .files
+                    .values()
+                    .map(CachedFile::heap_bytes)
+                    .sum::<usize>()
+                + self.buffer.capacity();
+            budget.update(self.charged, now);
+            self.charged = now;
+        }
         let mut files = Vec::with_capacity(paths.len());
         for (position, (listed, outcome)) in paths.into_iter().zip(outcomes).enumerate() {
             match outcome.unwrap_or(Ok(())) {
@@ -349,15 +424,16 @@ impl Reader {
         let mut file_len = usize::try_from(meta.len()).unwrap_or(usize::MAX);
 
         // One read in the steady state: as much as was used last time (at least
-        // a page, like Python's first read), then the rest if the file grew.
+        // a page, like Python's first read, at most a chunk), then the rest if
+        // the file grew, a bounded window at a time: nothing is ever allocated
+        // from what the header claims.
         let previous = self
             .files
             .get(path.as_os_str())
             .filter(|c| c.device == meta.dev() && c.inode == meta.ino())
             .map_or(0, |c| c.parsed_until);
-        let first = previous.max(FIRST_READ).min(file_len);
-        self.buffer.resize(first, 0);
-        let mut got = read_fully_at(&file, &mut self.buffer[..first], 0).map_err(io_reason)?;
+        let first = previous.clamp(FIRST_READ, READ_CHUNK).min(file_len);
+        let got = read_window(&file, &mut self.buffer, 0, first)?;
         let used = match read_used(&self.buffer[..got], file_len) {
             // A writer grew the file (and then `used`) after it was measured:
             // measure again before calling the header bad.
@@ -370,34 +446,45 @@ impl Reader {
         }
         .map_err(SkipReason::Layout)?;
         let used = used.unwrap_or(HEADER_LEN);
-        if used > got {
-            self.buffer.resize(used, 0);
-            got +=
-                read_fully_at(&file, &mut self.buffer[got..used], got as u64).map_err(io_reason)?;
-        }
-        stats.bytes_read += got as u64;
-        if got < used {
-            // Truncated between fstat and read.
-            return Err(SkipReason::Layout(LayoutError::UsedBeyondFile {
-                used,
-                len: got,
-            }));
-        }
 
         // The same file as last time: device and inode, and, unless its map
         // kept the inode alive (so the number cannot have been reused), the
         // same birth (or change) time.
         let born = birth(&meta);
+        let identity = (meta.dev(), meta.ino(), used);
+        if self.over_budget.get(path.as_os_str()).map(|o| o.identity) == Some(identity) {
+            // Skipped for the budget and unchanged since: not read again.
+            if let Some(over) = self.over_budget.get_mut(path.as_os_str()) {
+                over.collection = self.collections;
+            }
+            return Err(self.over_budget_reason());
+        }
         let still_valid = self.files.get(path.as_os_str()).is_some_and(|c| {
             c.device == meta.dev()
                 && c.inode == meta.ino()
                 && (c.map.is_some() || c.born == born)
                 && used >= c.parsed_until
         });
+        let parsed_from = if still_valid {
+            self.files
+                .get(path.as_os_str())
+                .map_or(HEADER_LEN, |c| c.parsed_until)
+        } else {
+            HEADER_LEN
+        };
+        // A file whose new records alone are more than the whole budget is
+        // left out before it is read.
+        if self
+            .budget
+            .as_ref()
+            .is_some_and(|b| used - parsed_from > b.limit())
+        {
+            return Err(self.skip_over_budget(path, identity));
+        }
         if !still_valid {
             let generation = self.next_generation;
             self.next_generation += 1;
-            self.files.insert(
+            if let Some(old) = self.files.insert(
                 path.as_os_str().to_os_string(),
                 CachedFile {
                     device: meta.dev(),
@@ -414,58 +501,263 @@ impl Reader {
                     pending: false,
                     map: None,
                 },
-            );
+            ) {
+                self.files_bytes = self.files_bytes.saturating_sub(old.heap_bytes());
+            }
         }
         let cached = self
             .files
             .get_mut(path.as_os_str())
             .ok_or(SkipReason::Vanished)?;
         cached.seen = true;
+        let old_records = cached.keys.len();
 
-        let data = &self.buffer[..used];
-
-        if used > cached.parsed_until {
-            let mut locations = Vec::new();
-            let scanned = scan_records(data, cached.parsed_until, used, &mut locations);
-            let mut new_keys = Vec::with_capacity(locations.len());
-            let mut failure = scanned.err().map(SkipReason::Layout);
-            if failure.is_none() {
-                for location in &locations {
-                    match store.intern(location.key(data)) {
-                        Ok(id) => new_keys.push(id),
-                        Err(e) => {
-                            failure = Some(SkipReason::Key(e));
-                            break;
-                        }
+        // Scan the new records, a window at a time. Every window starts at a
+        // record boundary and holds at least that record.
+        let mut new_keys = Vec::new();
+        let mut new_offsets = Vec::new();
+        let mut new_values = Vec::new();
+        let mut locations = Vec::new();
+        let mut window = (0, got.min(used));
+        let mut pos = cached.parsed_until;
+        let mut read_bytes = got;
+        let mut failure = None;
+        let mut stalled = false;
+        while pos < used {
+            // A new window when `pos` left the current one, or when the
+            // record at `pos` does not fit in it.
+            if stalled || pos < window.0 || pos >= window.0 + window.1 {
+                let mut len = READ_CHUNK.min(used - pos);
+                let header = read_window(&file, &mut self.buffer, pos, 4.min(used - pos))?;
+                if header == 4 {
+                    let field = [
+                        self.buffer[0],
+                        self.buffer[1],
+                        self.buffer[2],
+                        self.buffer[3],
+                    ];
+                    if let Some(record) = record_len(field) {
+                        len = len.max(record.min(used - pos));
+                    }
+                }
+                let held = new_keys.len() * RECORD_BYTES + len;
+                if !within_budget(
+                    self.budget.as_deref(),
+                    self.charged,
+                    store,
+                    self.files_bytes + held,
+                ) {
+                    failure = Some(None);
+                    break;
+                }
+                let n = read_window(&file, &mut self.buffer, pos, len)?;
+                read_bytes += n;
+                if n < len {
+                    // Truncated while it was read.
+                    failure = Some(Some(SkipReason::Layout(LayoutError::UsedBeyondFile {
+                        used,
+                        len: pos + n,
+                    })));
+                    break;
+                }
+                window = (pos, n);
+            }
+            let data = &self.buffer[..window.1];
+            let scanned = scan_window(data, window.0, pos, used, &mut locations);
+            for location in locations.drain(..) {
+                let key_at = location.key_offset - window.0;
+                match store.intern(&data[key_at..key_at + location.key_len]) {
+                    Ok(id) => {
+                        new_keys.push(id);
+                        new_offsets.push(location.value_offset as u32);
+                        new_values.push(read_value(data, location.value_offset - window.0));
+                    }
+                    Err(e) => {
+                        failure = Some(Some(SkipReason::Key(e)));
+                        break;
                     }
                 }
             }
-            // Not remembered: the same bytes are checked again next time, so
-            // a file repaired in place (or whose record bytes became visible
-            // after its `used`, on a weakly ordered CPU) is read again.
-            if let Some(reason) = failure {
-                return Err(reason);
+            match scanned {
+                _ if failure.is_some() => break,
+                Err(e) => {
+                    failure = Some(Some(SkipReason::Layout(e)));
+                    break;
+                }
+                Ok(stop) => {
+                    if stalled && stop == pos {
+                        // A fresh window holds the whole record yet nothing
+                        // was scanned: cannot happen; never loop on it.
+                        failure = Some(Some(SkipReason::Layout(LayoutError::RecordPastUsed {
+                            offset: pos,
+                            len: 0,
+                            used,
+                        })));
+                        break;
+                    }
+                    stalled = stop == pos;
+                    pos = stop;
+                }
             }
+        }
+        stats.bytes_read += read_bytes as u64;
+        // Not remembered: the same bytes are checked again next time, so
+        // a file repaired in place (or whose record bytes became visible
+        // after its `used`, on a weakly ordered CPU) is read again.
+        match failure {
+            Some(Some(reason)) => return Err(reason),
+            Some(None) => return Err(self.skip_over_budget(path, identity)),
+            None => {}
+        }
+        let before = cached.heap_bytes();
+        if !new_keys.is_empty() {
             cached.keys.extend(new_keys);
-            cached
-                .value_offsets
-                .extend(locations.iter().map(|l| l.value_offset as u32));
+            cached.value_offsets.extend(new_offsets);
             cached.parsed_until = used;
             cached.generation = self.next_generation;
             self.next_generation += 1;
         }
+        cached.parsed_until = cached.parsed_until.max(used);
         if cached.map.as_ref().is_none_or(|m| m.len() != file_len) {
             cached.map = MappedFile::new(&file, file_len);
         }
+        // The values of the records read before: from the first read when it
+        // holds them (read again if a later window replaced it), else from
+        // the map, else read again a window at a time.
         cached.values.clear();
-        cached.values.extend(
+        let old_offsets = &cached.value_offsets[..old_records];
+        let first_len = got.min(used);
+        if old_offsets
+            .last()
+            .is_none_or(|&last| last as usize + VALUE_LEN <= first_len)
+        {
+            if window.0 != 0 {
+                read_window(&file, &mut self.buffer, 0, first_len)?;
+            }
+            let data = &self.buffer;
+            if old_offsets
+                .last()
+                .is_some_and(|&last| last as usize + VALUE_LEN > data.len())
+            {
+                return Err(SkipReason::Layout(LayoutError::UsedBeyondFile {
+                    used,
+                    len: data.len(),
+                }));
+            }
             cached
-                .value_offsets
-                .iter()
-                .map(|&offset| read_value(data, offset as usize)),
-        );
+                .values
+                .extend(old_offsets.iter().map(|&o| read_value(data, o as usize)));
+        } else {
+            let loaded = cached
+                .map
+                .as_ref()
+                .and_then(|map| map.load_values(old_offsets, &mut cached.values));
+            if loaded != Some(Ok(())) {
+                cached.values.clear();
+                read_values(&file, &mut self.buffer, old_offsets, &mut cached.values)?;
+            }
+        }
+        cached.values.extend(new_values);
+        if self.buffer.capacity() > READ_CHUNK {
+            // A record larger than a chunk was read: give the memory back.
+            self.buffer = Vec::new();
+        }
+        self.files_bytes = (self.files_bytes + cached.heap_bytes()).saturating_sub(before);
         Ok(())
     }
+
+    /// Remembers that `path` (`identity`: device, inode, used) was skipped
+    /// for the budget, forgets what was read of it, and returns the reason.
+    fn skip_over_budget(&mut self, path: &Path, identity: (u64, u64, usize)) -> SkipReason {
+        if let Some(old) = self.files.remove(path.as_os_str()) {
+            self.files_bytes = self.files_bytes.saturating_sub(old.heap_bytes());
+        }
+        self.over_budget.insert(
+            path.as_os_str().to_os_string(),
+            OverBudget {
+                identity,
+                collection: self.collections,
+            },
+        );
+        self.over_budget_reason()
+    }
+
+    fn over_budget_reason(&self) -> SkipReason {
+        SkipReason::OverMemoryBudget {
+            limit: self.budget.as_ref().map_or(0, |b| b.limit()),
+        }
+    }
+}
+
+/// Bytes read at a time from a file that does not fit in one read.
+const READ_CHUNK: usize = 1 << 20;
+
+/// Estimated bytes of the merge plan per record.
+const PLAN_BYTES_PER_RECORD: usize = 24;
+
+/// Estimated bytes held per record: its key id, value offset and value in
+/// the reader, and its share of the merge plan.
+const RECORD_BYTES: usize = 4 + 4 + 16 + PLAN_BYTES_PER_RECORD;
+
+/// Whether a reader that charged `charged` to `budget` may hold `held`
+/// bytes besides what `store` holds.
+fn within_budget(
+    budget: Option<&MemoryBudget>,
+    charged: usize,
+    store: &KeyStore,
+    held: usize,
+) -> bool {
+    budget.is_none_or(|b| b.allows(charged, store.approx_bytes() + held))
+}
+
+/// Reads `len` bytes of `file` from `offset` into `buffer` (replacing its
+/// contents, reusing its allocation); returns how many bytes the file had.
+/// An allocation that fails leaves the file out instead of aborting.
+fn read_window(
+    file: &File,
+    buffer: &mut Vec<u8>,
+    offset: usize,
+    len: usize,
+) -> Result<usize, SkipReason> {
+    buffer.clear();
+    buffer
+        .try_reserve(len)
+        .map_err(|_| SkipReason::OutOfMemory { bytes: len })?;
+    buffer.resize(len, 0);
+    let got = read_fully_at(file, buffer, offset as u64).map_err(io_reason)?;
+    buffer.truncate(got);
+    Ok(got)
+}
+
+/// Reads the values at `offsets` (ascending) a window at a time.
+fn read_values(
+    file: &File,
+    buffer: &mut Vec<u8>,
+    offsets: &[u32],
+    out: &mut Vec<(f64, f64)>,
+) -> Result<(), SkipReason> {
+    let mut i = 0;
+    while let Some(&first) = offsets.get(i) {
+        let start = first as usize;
+        let got = read_window(file, buffer, start, READ_CHUNK)?;
+        let before = i;
+        while let Some(&offset) = offsets.get(i) {
+            let at = offset as usize - start;
+            if at + VALUE_LEN > got {
+                break;
+            }
+            out.push(read_value(buffer, at));
+            i += 1;
+        }
+        if i == before {
+            // Truncated since it was scanned.
+            return Err(SkipReason::Layout(LayoutError::UsedBeyondFile {
+                used: start + VALUE_LEN,
+                len: start + got,
+            }));
+        }
+    }
+    Ok(())
 }
 
 fn is_live_gauge_path(path: &Path) -> bool {
@@ -546,4 +838,160 @@ fn read_fully_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> 
         }
     }
     Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+
+    use super::*;
+    use crate::format::layout::file_bytes;
+    use crate::format::writer::encode_key;
+
+    fn key(i: usize, padding: usize) -> String {
+        let value = format!("{i}-{}", "x".repeat(padding));
+        encode_key("req", "req_total", &[("path", &value)], "Requests.")
+    }
+
+    fn write_file(path: &Path, keys: &[String]) {
+        let records: Vec<(&str, f64, f64)> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (k.as_str(), i as f64, 0.0))
+            .collect();
+        std::fs::write(path, file_bytes(&records)).unwrap();
+    }
+
+    fn read_values(reader: &mut Reader, dir: &Path, store: &mut KeyStore) -> Vec<Vec<f64>> {
+        let read = reader.read(&[Input::Directory(dir.to_path_buf())], store);
+        assert!(read.problems.is_empty(), "{:?}", read.problems);
+        read.files
+            .iter()
+            .map(|f| f.merge.values.iter().map(|v| v.0).collect())
+            .collect()
+    }
+
+    /// Regression: a file was read into one buffer as large as its header
+    /// claimed (2 GiB for a sparse file).
+    #[test]
+    fn a_file_larger_than_a_chunk_is_read_in_bounded_windows() {
+        let dir = tempfile::tempdir().unwrap();
+        let keys: Vec<String> = (0..40_000).map(|i| key(i, 40)).collect();
+        let path = dir.path().join("counter_1.db");
+        write_file(&path, &keys);
+        assert!(std::fs::metadata(&path).unwrap().len() > 3 * READ_CHUNK as u64);
+        let mut reader = Reader::new();
+        let mut store = KeyStore::new();
+        let values = read_values(&mut reader, dir.path(), &mut store);
+        let expected: Vec<f64> = (0..40_000).map(|i| i as f64).collect();
+        assert_eq!(values, vec![expected.clone()]);
+        assert_eq!(store.len(), 40_000);
+        assert!(
+            reader.buffer.capacity() <= READ_CHUNK,
+            "{}",
+            reader.buffer.capacity()
+        );
+
+        // Grown past another chunk: old values (from the map or read again)
+        // and new ones, in order.
+        let more: Vec<String> = (0..60_000).map(|i| key(i, 40)).collect();
+        write_file(&path, &more);
+        reader.recheck_all();
+        let values = read_values(&mut reader, dir.path(), &mut store);
+        assert_eq!(
+            values,
+            vec![(0..60_000).map(|i| i as f64).collect::<Vec<_>>()]
+        );
+        assert!(reader.buffer.capacity() <= READ_CHUNK);
+    }
+
+    #[test]
+    fn a_record_larger_than_a_chunk_is_read_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = vec![key(0, 10), key(1, 3 * READ_CHUNK / 2), key(2, 10)];
+        write_file(&dir.path().join("counter_1.db"), &keys);
+        let mut reader = Reader::new();
+        let mut store = KeyStore::new();
+        assert_eq!(
+            read_values(&mut reader, dir.path(), &mut store),
+            vec![vec![0.0, 1.0, 2.0]]
+        );
+        // The large buffer is not kept.
+        assert!(reader.buffer.capacity() <= READ_CHUNK);
+    }
+
+    fn sparse_file_claiming(path: &Path, used: i32) {
+        let mut file = File::create(path).unwrap();
+        file.set_len(used as u64).unwrap();
+        file.write_all(&used.to_ne_bytes()).unwrap();
+    }
+
+    /// Regression: the 2 GiB sparse file allocated and read 2 GiB on
+    /// every scrape before it was skipped.
+    #[test]
+    fn a_sparse_file_claiming_2_gib_costs_one_window() {
+        let dir = tempfile::tempdir().unwrap();
+        write_file(&dir.path().join("counter_1.db"), &[key(0, 1)]);
+        sparse_file_claiming(&dir.path().join("counter_2.db"), i32::MAX - 7);
+        let mut reader = Reader::new();
+        let mut store = KeyStore::new();
+        let read = reader.read(&[Input::Directory(dir.path().to_path_buf())], &mut store);
+        assert_eq!(read.files.len(), 1);
+        assert_eq!(read.problems.len(), 1);
+        assert_eq!(read.problems[0].1.reason.label(), "key_not_json");
+        assert!(
+            read.stats.bytes_read < 4 * READ_CHUNK as u64,
+            "{}",
+            read.stats.bytes_read
+        );
+    }
+
+    #[test]
+    fn a_file_over_the_memory_budget_is_skipped_and_not_read_again_while_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        write_file(&dir.path().join("counter_1.db"), &[key(0, 1)]);
+        let big: Vec<String> = (0..50_000).map(|i| key(i, 40)).collect();
+        write_file(&dir.path().join("counter_2.db"), &big);
+        let budget = Arc::new(MemoryBudget::new(4 << 20));
+        let mut reader = Reader::new();
+        reader.set_memory_budget(Some(budget.clone()));
+        let mut store = KeyStore::new();
+        let inputs = [Input::Directory(dir.path().to_path_buf())];
+        let read = reader.read(&inputs, &mut store);
+        assert_eq!(read.files.len(), 1);
+        let labels: Vec<_> = read.problems.iter().map(|p| p.1.reason.label()).collect();
+        assert_eq!(labels, ["over_memory_budget"]);
+        assert!(
+            budget.held() <= budget.limit(),
+            "{} > {}",
+            budget.held(),
+            budget.limit()
+        );
+        // Unchanged: skipped after reading one page.
+        let read = reader.read(&inputs, &mut store);
+        assert_eq!(read.problems.len(), 1);
+        assert!(
+            read.stats.bytes_read <= FIRST_READ as u64 + 64,
+            "{}",
+            read.stats.bytes_read
+        );
+        // Without a budget the same files are read whole.
+        let mut unlimited = Reader::new();
+        let read = unlimited.read(&inputs, &mut KeyStore::new());
+        assert_eq!((read.files.len(), read.problems.len()), (2, 0));
+    }
+
+    #[test]
+    fn a_file_whose_records_exceed_the_whole_budget_is_skipped_before_it_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        sparse_file_claiming(&dir.path().join("counter_2.db"), i32::MAX - 7);
+        let mut reader = Reader::new();
+        reader.set_memory_budget(Some(Arc::new(MemoryBudget::new(256 << 20))));
+        let read = reader.read(
+            &[Input::Directory(dir.path().to_path_buf())],
+            &mut KeyStore::new(),
+        );
+        assert_eq!(read.problems[0].1.reason.label(), "over_memory_budget");
+        assert!(read.stats.bytes_read <= FIRST_READ as u64);
+    }
 }

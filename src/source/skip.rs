@@ -37,6 +37,17 @@ pub enum SkipReason {
     Key(KeyError),
     /// The file cannot be merged (unknown type, bad bucket bound, ...).
     Merge(MergeError),
+    /// Reading the file would take the memory held for records past the
+    /// memory budget (`--memory.budget`).
+    OverMemoryBudget {
+        /// The budget in bytes.
+        limit: usize,
+    },
+    /// Memory for reading the file could not be allocated.
+    OutOfMemory {
+        /// The allocation that failed, in bytes.
+        bytes: usize,
+    },
 }
 
 impl SkipReason {
@@ -60,6 +71,8 @@ impl SkipReason {
         "unknown_type",
         "bad_file_name",
         "bad_bucket_bound",
+        "over_memory_budget",
+        "out_of_memory",
     ];
 
     /// Whether this reason concerns a directory (not a file).
@@ -92,6 +105,8 @@ impl SkipReason {
             Self::Merge(MergeError::UnknownType { .. }) => "unknown_type",
             Self::Merge(MergeError::GaugeNameWithoutPid) => "bad_file_name",
             Self::Merge(MergeError::InvalidBucketBound { .. }) => "bad_bucket_bound",
+            Self::OverMemoryBudget { .. } => "over_memory_budget",
+            Self::OutOfMemory { .. } => "out_of_memory",
         }
     }
 }
@@ -113,6 +128,12 @@ impl std::fmt::Display for SkipReason {
             Self::Layout(e) => write!(f, "corrupt file: {e}"),
             Self::Key(e) => write!(f, "corrupt record: {e}"),
             Self::Merge(e) => write!(f, "cannot merge: {e}"),
+            Self::OverMemoryBudget { limit } => write!(
+                f,
+                "reading it would take the memory held for records past the {} MiB budget (--memory.budget)",
+                limit >> 20
+            ),
+            Self::OutOfMemory { bytes } => write!(f, "cannot allocate {bytes} bytes to read it"),
         }
     }
 }
@@ -166,6 +187,8 @@ mod tests {
             }),
             SkipReason::Merge(MergeError::GaugeNameWithoutPid),
             SkipReason::Merge(MergeError::InvalidBucketBound { le: String::new() }),
+            SkipReason::OverMemoryBudget { limit: 0 },
+            SkipReason::OutOfMemory { bytes: 0 },
         ]
     }
 

@@ -555,7 +555,7 @@ def check_dockerfile(hadolint, help_text, cargo_check):
     ensure(any(kw == "COPY" and rest.startswith("--from=build ") and rest.endswith(f" /{binary}") for kw, rest in final), "copies the binary from the build stage")
     ensure([rest for kw, rest in final if kw == "USER"] == [f"{EXPORTER_UID}:{EXPORTER_UID}"], "runs as uid/gid 65532")
     expose = [rest for kw, rest in final if kw == "EXPOSE"]
-    default = re.search(r"--web.listen-address <ADDRESS>.*?\[default: :(\d+)\]", help_text, re.S)
+    default = re.search(r"--web.listen-address <ADDRESS>.*?Default: `:(\d+)` for `serve`", re.sub(r"\s+", " ", help_text), re.S)
     ensure(default and expose == [default.group(1)] == [str(EXPORTER_PORT)], f"EXPOSE {expose} is the default listen port")
     # The build context, as .dockerignore leaves it, holds every COPY source.
     patterns = [l.strip() for l in (ROOT / ".dockerignore").read_text().splitlines() if l.strip() and not l.startswith("#")]

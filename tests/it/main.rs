@@ -14,6 +14,7 @@ mod bad_input;
 mod faults;
 mod fuzz_corpus;
 mod identity;
+mod memory;
 
 // The layout of the code itself.
 mod architecture;

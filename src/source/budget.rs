@@ -1,0 +1,204 @@
+//! The memory budget ([`MemoryBudget`]): how much memory the records read
+//! from the metrics directory may hold, shared by every reader of one
+//! exporter, and its default derived from the process's memory limit (the
+//! cgroup's `memory.max` or `memory.limit_in_bytes`, or `ulimit -v`).
+//!
+//! The charge is an estimate made from what is held, not a measurement of
+//! the heap: the bytes of every decoded key and its strings, a fixed
+//! overhead per key, and the per-record vectors of every file (see
+//! [`crate::merge::KeyStore::approx_bytes`] and the reader). A file whose
+//! reading would take the charge past the limit is skipped with
+//! [`super::SkipReason::OverMemoryBudget`]; the files read before it stay.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The share of the process's memory limit the default budget takes: the
+/// rest is for the encoded bodies of concurrent scrapes, the runtime and the
+/// allocator's slack.
+const DEFAULT_SHARE_PERCENT: u64 = 60;
+
+/// A limit on the memory held for records, shared by the readers of one
+/// exporter (one per subdirectory with `--dir.subdirectories-label`).
+#[derive(Debug)]
+pub struct MemoryBudget {
+    limit: usize,
+    held: AtomicUsize,
+}
+
+impl MemoryBudget {
+    /// A budget of `limit` bytes, nothing held yet.
+    pub fn new(limit: usize) -> Self {
+        Self {
+            limit,
+            held: AtomicUsize::new(0),
+        }
+    }
+
+    /// The limit in bytes.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Bytes charged by every reader together.
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    /// Replaces a reader's charge `before` with `after`.
+    pub(crate) fn update(&self, before: usize, after: usize) {
+        if after >= before {
+            self.held.fetch_add(after - before, Ordering::Relaxed);
+        } else {
+            self.held.fetch_sub(before - after, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a reader that has charged `own` so far may hold `own_now`
+    /// bytes: what the other readers hold plus `own_now` is within the limit.
+    pub(crate) fn allows(&self, own: usize, own_now: usize) -> bool {
+        let others = self.held().saturating_sub(own);
+        others.saturating_add(own_now) <= self.limit
+    }
+}
+
+/// The memory limit this process runs under, in bytes: the smallest of its
+/// cgroup's memory limit (v2 `memory.max`, v1 `memory.limit_in_bytes`) and
+/// its address-space limit (`ulimit -v`); `None` when there is none.
+pub fn process_memory_limit() -> Option<u64> {
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup")
+        .ok()
+        .and_then(|text| cgroup_memory_limit(&text, Path::new("/sys/fs/cgroup")));
+    let address_space = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|text| address_space_limit(&text));
+    match (cgroup, address_space) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The default budget: [`DEFAULT_SHARE_PERCENT`] of `limit`, or none
+/// without a limit.
+pub fn default_budget(limit: Option<u64>) -> Option<usize> {
+    limit.map(|limit| usize::try_from(limit / 100 * DEFAULT_SHARE_PERCENT).unwrap_or(usize::MAX))
+}
+
+/// The memory limit of the cgroup named in `proc_self_cgroup` (the text of
+/// `/proc/self/cgroup`), looked up under `root`: the v2 hierarchy's
+/// `memory.max` or the v1 memory controller's `memory.limit_in_bytes`, at
+/// the process's own cgroup or, inside a container whose cgroup namespace
+/// hides the path, at the root.
+fn cgroup_memory_limit(proc_self_cgroup: &str, root: &Path) -> Option<u64> {
+    for line in proc_self_cgroup.lines() {
+        let mut fields = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) =
+            (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        let relative = path.trim_start_matches('/');
+        let candidates = if controllers.is_empty() {
+            [
+                root.join(relative).join("memory.max"),
+                root.join("memory.max"),
+            ]
+        } else if controllers.split(',').any(|c| c == "memory") {
+            let v1 = root.join("memory");
+            [
+                v1.join(relative).join("memory.limit_in_bytes"),
+                v1.join("memory.limit_in_bytes"),
+            ]
+        } else {
+            continue;
+        };
+        for candidate in candidates {
+            if let Some(limit) = std::fs::read_to_string(&candidate)
+                .ok()
+                .and_then(|text| parse_limit(&text))
+            {
+                return Some(limit);
+            }
+        }
+    }
+    None
+}
+
+/// A limit file's value; `None` for `max` and for v1's "unlimited"
+/// (a number near `i64::MAX`).
+fn parse_limit(text: &str) -> Option<u64> {
+    let value: u64 = text.trim().parse().ok()?;
+    (value < 1 << 60).then_some(value)
+}
+
+/// The soft "Max address space" of `/proc/self/limits`, in bytes.
+fn address_space_limit(proc_self_limits: &str) -> Option<u64> {
+    let line = proc_self_limits
+        .lines()
+        .find(|l| l.starts_with("Max address space"))?;
+    let soft = line["Max address space".len()..]
+        .split_whitespace()
+        .next()?;
+    soft.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_are_read_from_cgroup_v1_and_v2_and_ulimit() {
+        let root = tempfile::tempdir().unwrap();
+        let v1 = root.path().join("memory/pod/app");
+        std::fs::create_dir_all(&v1).unwrap();
+        std::fs::write(v1.join("memory.limit_in_bytes"), "268435456\n").unwrap();
+        assert_eq!(
+            cgroup_memory_limit("4:memory:/pod/app\n0::/\n", root.path()),
+            Some(256 << 20)
+        );
+        std::fs::write(v1.join("memory.limit_in_bytes"), "9223372036854771712\n").unwrap();
+        assert_eq!(
+            cgroup_memory_limit("4:memory:/pod/app\n", root.path()),
+            None
+        );
+
+        let v2 = root.path().join("kubepods/pod1");
+        std::fs::create_dir_all(&v2).unwrap();
+        std::fs::write(v2.join("memory.max"), "536870912\n").unwrap();
+        assert_eq!(
+            cgroup_memory_limit("0::/kubepods/pod1\n", root.path()),
+            Some(512 << 20)
+        );
+        std::fs::write(v2.join("memory.max"), "max\n").unwrap();
+        assert_eq!(
+            cgroup_memory_limit("0::/kubepods/pod1\n", root.path()),
+            None
+        );
+        // A cgroup namespace: the path is "/", the limit at the root.
+        std::fs::write(root.path().join("memory.max"), "1073741824\n").unwrap();
+        assert_eq!(cgroup_memory_limit("0::/\n", root.path()), Some(1 << 30));
+
+        let limits = "Limit                     Soft Limit           Hard Limit           Units\n\
+                      Max address space         1073741824           unlimited            bytes\n";
+        assert_eq!(address_space_limit(limits), Some(1 << 30));
+        assert_eq!(
+            address_space_limit(
+                "Max address space         unlimited            unlimited            bytes\n"
+            ),
+            None
+        );
+        assert_eq!(default_budget(Some(1000 << 20)), Some(600 << 20));
+        assert_eq!(default_budget(None), None);
+    }
+
+    #[test]
+    fn readers_share_one_budget() {
+        let budget = MemoryBudget::new(100);
+        budget.update(0, 60);
+        assert!(budget.allows(60, 100));
+        assert!(!budget.allows(0, 41));
+        assert!(budget.allows(0, 40));
+        budget.update(60, 10);
+        assert_eq!(budget.held(), 10);
+    }
+}
