@@ -487,6 +487,88 @@ def measure_writers(tools, args, processes, workdir):
 # ---------------------------------------------------------------------------------------------
 
 
+def child_py_write_series(argv):
+    """_py_write_series DIR N: one writer process with N counter series (prometheus_client)."""
+    directory, n = argv[0], int(argv[1])
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+    from prometheus_client import Counter
+    c = Counter("hc_requests", "High-cardinality requests.", ["user", "route"])
+    for i in range(n):
+        c.labels(user=f"user-{i}", route=f"/api/v1/items/{i % 97}").inc(i % 13 + 1)
+
+
+def run_with_peak(cmd, stdout_path):
+    """Runs cmd with stdout to a file; returns (seconds, peak RSS KiB) of that child alone."""
+    with open(stdout_path, "wb") as out:
+        t = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.DEVNULL)
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - t
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{cmd} exited with {proc.returncode}")
+    return seconds, usage.ru_maxrss
+
+
+def rss_anon_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1])
+    return None
+
+
+def measure_cardinality(tools, n, workdir):
+    """One writer with n series: time and peak memory of Python's collector, of `dump`, and of
+    `serve` for one scrape and for 8 concurrent scrapes (issue 11)."""
+    log(f"== high cardinality: one writer, {n} series")
+    directory = os.path.join(workdir, f"cardinality_{n}")
+    shutil.rmtree(directory, ignore_errors=True)
+    os.makedirs(directory)
+    subprocess.run(tools.py_child("_py_write_series", directory, n), check=True)
+    py_out, rs_out = os.path.join(workdir, "card_python.txt"), os.path.join(workdir, "card_dump.txt")
+    py_s, py_kib = run_with_peak(tools.py_child("_py_inproc", directory, 0, 0, py_out), os.devnull)
+    rs_s, rs_kib = run_with_peak([tools.exporter, "dump", "--dir", directory], rs_out)
+    with open(py_out, "rb") as f:
+        py = f.read()
+    with open(rs_out, "rb") as f:
+        rs = f.read()
+    result = {"series": n, "file_bytes": sum(os.path.getsize(os.path.join(directory, f)) for f in os.listdir(directory)),
+              "equal": py == rs, "problems": [] if py == rs else [first_difference(py, rs)],
+              "python": {"seconds": py_s, "peak_mib": py_kib / 1024},
+              "dump": {"seconds": rs_s, "peak_mib": rs_kib / 1024}}
+    port = free_port()
+    proc = subprocess.Popen([tools.exporter, "serve", "--dir", directory, "--web.listen-address", f"127.0.0.1:{port}",
+                             "--web.disable-exporter-metrics", "--log.level", "warn"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_listening(port, proc)
+        import urllib.request
+        import threading
+
+        def scrape():
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=120).read()
+
+        t = time.perf_counter()
+        scrape()
+        first_s = time.perf_counter() - t
+        anon = rss_anon_kib(proc.pid)
+        threads = [threading.Thread(target=scrape) for _ in range(8)]
+        t = time.perf_counter()
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        result["serve"] = {"first_scrape_seconds": first_s, "heap_resident_mib": anon / 1024,
+                           "heap_bytes_per_series": anon * 1024 / n,
+                           "eight_concurrent_seconds": time.perf_counter() - t,
+                           "peak_mib": vm_hwm_kib(proc.pid) / 1024}
+    finally:
+        stop_process(proc)
+        shutil.rmtree(directory, ignore_errors=True)
+    return result
+
+
 def fmt_ms(v):
     if v is None:
         return "-"
@@ -506,8 +588,25 @@ def fmt_ratio(a, b):
     return f"{r:.0f}x" if r >= 10 else f"{r:.1f}x"
 
 
+def cardinality_table(card):
+    out = [f"### High cardinality: one writer, {card['series']:,} series ({card['file_bytes'] / 2**20:.0f} MiB file)\n",
+           "| | seconds | peak MiB |", "|---|---|---|",
+           f"| Python: `MultiProcessCollector` + `generate_latest` | {card['python']['seconds']:.2f} "
+           f"| {card['python']['peak_mib']:.0f} |",
+           f"| exporter: `dump` | {card['dump']['seconds']:.2f} | {card['dump']['peak_mib']:.0f} |"]
+    if "serve" in card:
+        sv = card["serve"]
+        out.append(f"| exporter: `serve`, first scrape, then 8 concurrent | {sv['first_scrape_seconds']:.2f}, "
+                   f"{sv['eight_concurrent_seconds']:.2f} | {sv['peak_mib']:.0f} |")
+        out.append(f"\nHeap resident after the first scrape: {sv['heap_resident_mib']:.0f} MiB "
+                   f"({sv['heap_bytes_per_series']:.0f} B per series).\n")
+    return "\n".join(out) + "\n"
+
+
 def tables(results):
     out = []
+    if results.get("cardinality"):
+        out.append(cardinality_table(results["cardinality"]))
     out.append("### In-process: one scrape (read + merge + encode), median over the steady state\n")
     out.append("| directory | files | series (entries) | used MB | Python ms | exporter cold ms | exporter ms "
                "| ratio | floor ms | exporter / floor | open+read only ms | pread, fds kept open ms | Python µs/entry "
@@ -752,11 +851,15 @@ def parse_args(argv):
     p.add_argument("--writer-rate", type=float, default=20000.0,
                    help="operations per second per writer (default 20000)")
     p.add_argument("--writer-sizes", default="16,256", help="directories measured with writers active")
+    p.add_argument("--cardinality", type=int, default=None,
+                   help="series of the one-writer high-cardinality case (default 500000; quick: 20000; 0: skip)")
     args = p.parse_args(argv)
     quick = args.quick
     args.profile = args.profile or ("debug" if quick else "release")
     args.sizes = [int(s) for s in (args.sizes or ("16" if quick else "1,16,64,256,1024")).split(",") if s]
     args.writer_sizes = [int(s) for s in args.writer_sizes.split(",") if s]
+    if args.cardinality is None:
+        args.cardinality = 20000 if quick else 500000
     if quick:
         args.no_churn, args.skip_writers = True, True
     args.py_iterations, args.py_seconds = (10, 2.0) if quick else (100, 8.0)
@@ -775,9 +878,9 @@ def main(argv):
         with open(argv[1]) as f:
             svg_plot(json.load(f), argv[2])
         return 0
-    if argv and argv[0] in ("_py_inproc", "_py_server", "_py_writer"):
+    if argv and argv[0] in ("_py_inproc", "_py_server", "_py_writer", "_py_write_series"):
         {"_py_inproc": child_py_inproc, "_py_server": child_py_server,
-         "_py_writer": child_py_writer}[argv[0]](argv[1:])
+         "_py_writer": child_py_writer, "_py_write_series": child_py_write_series}[argv[0]](argv[1:])
         return 0
     args = parse_args(argv)
     start = time.time()
@@ -834,6 +937,13 @@ def main(argv):
             log(f"   done ({time.time() - start:.0f} s so far)")
         if not args.skip_writers:
             results["writers"] = [measure_writers(tools, args, n, workdir) for n in args.writer_sizes]
+        if args.cardinality:
+            card = results["cardinality"] = measure_cardinality(tools, args.cardinality, workdir)
+            checks.append((f"{card['series']} series: dump gives Python's bytes", card["equal"],
+                           "; ".join(card["problems"])))
+            checks.append((f"{card['series']} series: dump needs less memory than Python",
+                           card["dump"]["peak_mib"] < card["python"]["peak_mib"],
+                           f"{card['dump']['peak_mib']:.0f} MiB vs {card['python']['peak_mib']:.0f} MiB"))
     finally:
         if not args.keep and not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -78,7 +78,7 @@ pub fn process_memory_limit() -> Option<u64> {
     }
 }
 
-/// The default budget: [`DEFAULT_SHARE_PERCENT`] of `limit`, or none
+/// The default budget: 60% of `limit`, or none
 /// without a limit.
 pub fn default_budget(limit: Option<u64>) -> Option<usize> {
     limit.map(|limit| usize::try_from(limit / 100 * DEFAULT_SHARE_PERCENT).unwrap_or(usize::MAX))
