@@ -434,6 +434,8 @@ pub async fn serve(settings: ServeSettings) -> ExitCode {
     let dirs = settings.dirs.clone();
     let subdirectories_label = settings.subdirectories_label.clone();
     let follow_links_outside = settings.link_policy == LinkPolicy::Anywhere;
+    // 0 for none.
+    let memory_budget_bytes = settings.memory_budget.as_ref().map_or(0, |b| b.limit());
     let config_path = settings.config_path.clone();
     let telemetry_path = settings.telemetry_path.clone();
     let state = AppState::with_self_metrics(settings, self_metrics);
@@ -452,6 +454,7 @@ pub async fn serve(settings: ServeSettings) -> ExitCode {
         dirs = %dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(","),
         subdirectories_label = %subdirectories_label.as_deref().unwrap_or_default(),
         follow_links_outside,
+        memory_budget_bytes,
         config = %shown(&config_path),
         telemetry_path = %telemetry_path,
         web_config = %shown(&web_config_path),

@@ -10,7 +10,7 @@
 //! reading would take the charge past the limit is skipped with
 //! [`super::SkipReason::OverMemoryBudget`]; the files read before it stay.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The share of the process's memory limit the default budget takes: the
@@ -84,44 +84,65 @@ pub fn default_budget(limit: Option<u64>) -> Option<usize> {
     limit.map(|limit| usize::try_from(limit / 100 * DEFAULT_SHARE_PERCENT).unwrap_or(usize::MAX))
 }
 
-/// The memory limit of the cgroup named in `proc_self_cgroup` (the text of
-/// `/proc/self/cgroup`), looked up under `root`: the v2 hierarchy's
-/// `memory.max` or the v1 memory controller's `memory.limit_in_bytes`, at
-/// the process's own cgroup or, inside a container whose cgroup namespace
-/// hides the path, at the root.
-fn cgroup_memory_limit(proc_self_cgroup: &str, root: &Path) -> Option<u64> {
-    for line in proc_self_cgroup.lines() {
-        let mut fields = line.splitn(3, ':');
-        let (Some(_), Some(controllers), Some(path)) =
-            (fields.next(), fields.next(), fields.next())
-        else {
-            continue;
-        };
-        let relative = path.trim_start_matches('/');
-        let candidates = if controllers.is_empty() {
-            [
-                root.join(relative).join("memory.max"),
-                root.join("memory.max"),
-            ]
-        } else if controllers.split(',').any(|c| c == "memory") {
-            let v1 = root.join("memory");
-            [
-                v1.join(relative).join("memory.limit_in_bytes"),
-                v1.join("memory.limit_in_bytes"),
-            ]
-        } else {
-            continue;
-        };
-        for candidate in candidates {
-            if let Some(limit) = std::fs::read_to_string(&candidate)
-                .ok()
-                .and_then(|text| parse_limit(&text))
-            {
-                return Some(limit);
-            }
+/// Which cgroup hierarchy holds a memory cgroup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CgroupVersion {
+    /// cgroup v1's `memory` controller (`memory.limit_in_bytes`).
+    V1,
+    /// The unified v2 hierarchy (`memory.max`).
+    V2,
+}
+
+impl CgroupVersion {
+    /// The file that holds the memory limit.
+    pub fn limit_file(self) -> &'static str {
+        match self {
+            Self::V1 => "memory.limit_in_bytes",
+            Self::V2 => "memory.max",
         }
     }
-    None
+}
+
+/// The directories of the memory cgroups named in `proc_self_cgroup` (the
+/// text of `/proc/self/cgroup`) under `root` (`/sys/fs/cgroup`): the v1
+/// memory controller's and the v2 hierarchy's, in the file's order. Where a
+/// hierarchy is not mounted the directory does not exist.
+pub fn memory_cgroup_dirs(proc_self_cgroup: &str, root: &Path) -> Vec<(PathBuf, CgroupVersion)> {
+    proc_self_cgroup
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.splitn(3, ':');
+            let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+            let relative = path.trim_start_matches('/');
+            if controllers.is_empty() {
+                Some((root.join(relative), CgroupVersion::V2))
+            } else if controllers.split(',').any(|c| c == "memory") {
+                Some((root.join("memory").join(relative), CgroupVersion::V1))
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+/// The memory limit of the cgroup named in `proc_self_cgroup`, looked up
+/// under `root`: at the process's own cgroup or, inside a container whose
+/// cgroup namespace hides the path, at the hierarchy's root.
+fn cgroup_memory_limit(proc_self_cgroup: &str, root: &Path) -> Option<u64> {
+    memory_cgroup_dirs(proc_self_cgroup, root)
+        .into_iter()
+        .flat_map(|(dir, version)| {
+            let top = match version {
+                CgroupVersion::V1 => root.join("memory"),
+                CgroupVersion::V2 => root.to_path_buf(),
+            };
+            [dir, top].map(|d| d.join(version.limit_file()))
+        })
+        .find_map(|file| {
+            std::fs::read_to_string(file)
+                .ok()
+                .and_then(|text| parse_limit(&text))
+        })
 }
 
 /// A limit file's value; `None` for `max` and for v1's "unlimited"

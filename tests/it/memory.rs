@@ -16,6 +16,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use multiproc_exporter::source::budget::{memory_cgroup_dirs, CgroupVersion};
+
 use crate::support::{
     assert_sample, dump, is_root, python, run_python, skipped_by_reason, tool, write_counter,
     Exporter, Launch,
@@ -37,41 +39,32 @@ impl MemoryCgroup {
         }
         let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
         let unique = format!("mpe-test-{}-{name}", std::process::id());
-        for line in own.lines() {
-            let mut fields = line.splitn(3, ':');
-            let (Some(_), Some(controllers), Some(path)) =
-                (fields.next(), fields.next(), fields.next())
-            else {
+        for (parent, version) in memory_cgroup_dirs(&own, Path::new("/sys/fs/cgroup")) {
+            let dir = parent.join(&unique);
+            let v2 = version == CgroupVersion::V2;
+            if v2 && !parent.join("cgroup.controllers").exists() {
                 continue;
-            };
-            let relative = path.trim_start_matches('/');
-            if controllers.split(',').any(|c| c == "memory") {
-                let parent = Path::new("/sys/fs/cgroup/memory").join(relative);
-                let dir = parent.join(&unique);
-                if std::fs::create_dir(&dir).is_ok() {
-                    let group = Self { dir, v2: false };
-                    // Swap first would be refused while above the memory limit.
-                    group.write("memory.limit_in_bytes", bytes);
-                    if group.dir.join("memory.memsw.limit_in_bytes").exists() {
-                        group.write("memory.memsw.limit_in_bytes", bytes);
-                    }
-                    return Some(group);
-                }
-            } else if controllers.is_empty() {
-                let parent = Path::new("/sys/fs/cgroup").join(relative);
-                let dir = parent.join(&unique);
-                if parent.join("cgroup.controllers").exists() && std::fs::create_dir(&dir).is_ok() {
-                    if dir.join("memory.max").exists() {
-                        let group = Self { dir, v2: true };
-                        group.write("memory.max", bytes);
-                        if group.dir.join("memory.swap.max").exists() {
-                            group.write("memory.swap.max", 0);
-                        }
-                        return Some(group);
-                    }
-                    let _ = std::fs::remove_dir(&dir);
+            }
+            if std::fs::create_dir(&dir).is_err() {
+                continue;
+            }
+            if !dir.join(version.limit_file()).exists() {
+                // v2 without the memory controller enabled for children.
+                let _ = std::fs::remove_dir(&dir);
+                continue;
+            }
+            let group = Self { dir, v2 };
+            // Memory first: swap first would be refused while above it.
+            group.write(version.limit_file(), bytes);
+            for (swap, value) in [
+                ("memory.memsw.limit_in_bytes", bytes),
+                ("memory.swap.max", 0),
+            ] {
+                if group.dir.join(swap).exists() {
+                    group.write(swap, value);
                 }
             }
+            return Some(group);
         }
         eprintln!("skipping: no memory cgroup controller could be used here ({own:?})");
         None
@@ -183,6 +176,13 @@ fn a_file_claiming_2_gib_leaves_the_good_files_served_under_a_256_mib_cgroup() {
             );
         }
         exporter.assert_alive();
+        let start = exporter.find_log("Starting multiproc-exporter.").unwrap();
+        let want = if budget == "auto" {
+            (256u64 << 20) / 100 * 60
+        } else {
+            0
+        };
+        assert_eq!(start["memory_budget_bytes"].as_u64(), Some(want), "{start}");
         let skipped = exporter.logs_with("Skipping file.");
         assert_eq!(skipped.len(), 1, "one log line: {skipped:#?}");
     }
