@@ -279,10 +279,15 @@ impl Case {
         self.check_dump(&expected);
     }
 
-    /// The same directory through `dump` (same launch, same flags): exit 0,
-    /// exactly the good files' text on standard output, and one line on
-    /// standard error for each bad entry, naming it.
+    /// The same directory through `dump` (same launch, same flags), in both
+    /// formats: exit 0, exactly the good files' exposition on standard
+    /// output, and one line on standard error for each bad entry, naming it.
     fn check_dump(&self, expected: &Exposition) {
+        self.check_dump_format("text", &expected.text);
+        self.check_dump_format("openmetrics", &expected.openmetrics);
+    }
+
+    fn check_dump_format(&self, format: &str, expected: &str) {
         let mut command = match self.launch.wrapper.split_first() {
             None => Command::new(&self.launch.binary),
             Some((program, args)) => {
@@ -291,7 +296,7 @@ impl Case {
                 command
             }
         };
-        command.arg("dump");
+        command.args(["dump", "--format", format]);
         let mut args = self.args.iter();
         while let Some(arg) = args.next() {
             if arg == "--dir" {
@@ -316,8 +321,8 @@ impl Case {
         );
         assert_eq!(
             String::from_utf8_lossy(&output.stdout),
-            expected.text,
-            "dump\n{stderr}"
+            expected,
+            "dump --format {format}\n{stderr}"
         );
         for (path, _) in &self.bad {
             let named = format!("skipped {}: ", path.display());
@@ -384,7 +389,7 @@ fn used_negative_or_below_the_header() {
 }
 
 #[test]
-fn record_length_negative_huge_or_past_used() {
+fn record_length_negative_huge_or_past_used_or_overwritten_with_junk() {
     let mut case = Case::new();
     case.bad_file(
         "counter_3.db",
@@ -401,6 +406,8 @@ fn record_length_negative_huge_or_past_used() {
         &patched(8, &1000i32.to_ne_bytes()),
         "bad_record",
     );
+    // client_python's own `test_corruption_detected` overwrites bytes 8..16.
+    case.bad_file("counter_6.db", &patched(8, b"somejunk"), "bad_record");
     case.check();
 }
 

@@ -10,7 +10,7 @@ mod differential;
 mod float_format;
 
 // Bad input, faults and reading.
-mod bad_input;
+mod dump_inputs;
 mod faults;
 mod fuzz_corpus;
 mod identity;

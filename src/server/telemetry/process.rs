@@ -3,21 +3,12 @@
 //! cannot be read, the metric is left out rather than exported as a bogus
 //! value, as the client-library guidelines ask).
 
-use std::fmt;
-
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-use prometheus_client::metrics::counter::ConstCounter;
-use prometheus_client::metrics::gauge::ConstGauge;
+use super::families::FamilyList;
 
 /// Kernel clock ticks per second as `/proc` reports them (`USER_HZ`, which
 /// Linux fixes at 100 for user space on every architecture it exposes
 /// `/proc/<pid>/stat` on).
 const USER_HZ: f64 = 100.0;
-
-/// A `prometheus-client` collector for `process_*`.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct ProcessCollector;
 
 /// One reading of `/proc/self`.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -86,70 +77,53 @@ fn boot_time() -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-impl Collector for ProcessCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), fmt::Error> {
-        let stats = ProcessStats::read();
-        if let Some(v) = stats.cpu_seconds {
-            let metric = ConstCounter::new(v);
-            metric.encode(encoder.encode_descriptor(
+impl ProcessStats {
+    /// Adds the `process_*` families whose values could be read.
+    pub(crate) fn add_families(&self, out: &mut FamilyList) {
+        if let Some(v) = self.cpu_seconds {
+            out.counter(
                 "process_cpu_seconds",
                 "Total user and system CPU time spent in seconds.",
-                None,
-                metric.metric_type(),
-            )?)?;
+                v,
+            );
         }
-        let gauges_i64 = [
+        let gauges = [
             (
                 "process_open_fds",
                 "Number of open file descriptors.",
-                stats.open_fds,
+                self.open_fds.map(|v| v as f64),
             ),
             (
                 "process_max_fds",
                 "Maximum number of open file descriptors.",
-                stats.max_fds,
+                self.max_fds.map(|v| v as f64),
             ),
             (
                 "process_virtual_memory_bytes",
                 "Virtual memory size in bytes.",
-                stats.virtual_memory_bytes,
+                self.virtual_memory_bytes.map(|v| v as f64),
             ),
             (
                 "process_resident_memory_bytes",
                 "Resident memory size in bytes.",
-                stats.resident_memory_bytes,
+                self.resident_memory_bytes.map(|v| v as f64),
             ),
-        ];
-        for (name, help, value) in gauges_i64 {
-            if let Some(v) = value {
-                let metric = ConstGauge::new(v);
-                metric.encode(encoder.encode_descriptor(
-                    name,
-                    help,
-                    None,
-                    metric.metric_type(),
-                )?)?;
-            }
-        }
-        if let Some(v) = stats.start_time_seconds {
-            let metric = ConstGauge::new(v);
-            metric.encode(encoder.encode_descriptor(
+            (
                 "process_start_time_seconds",
                 "Start time of the process since unix epoch in seconds.",
-                None,
-                metric.metric_type(),
-            )?)?;
-        }
-        if let Some(v) = stats.threads {
-            let metric = ConstGauge::new(v);
-            metric.encode(encoder.encode_descriptor(
+                self.start_time_seconds,
+            ),
+            (
                 "process_threads",
                 "Number of OS threads in the process.",
-                None,
-                metric.metric_type(),
-            )?)?;
+                self.threads.map(|v| v as f64),
+            ),
+        ];
+        for (name, help, value) in gauges {
+            if let Some(v) = value {
+                out.gauge(name, help, v);
+            }
         }
-        Ok(())
     }
 }
 

@@ -1,14 +1,15 @@
 //! The exporter's own metrics (`multiproc_exporter_*` and `process_*`).
 //!
-//! They are kept in a `prometheus-client` [`Registry`]. That crate writes only
-//! OpenMetrics text, with its own conventions, so its output is never sent as
-//! is: [`SelfMetrics::families`] encodes the registry with the crate and
-//! parses that text back into this crate's [`MetricFamily`] model, and the
-//! server then encodes the merged families and these together with
-//! [`crate::expose::encode`]. That way the self-metrics are written in whichever
-//! format and escaping was negotiated (text 0.0.4, text 1.0.0 or OpenMetrics,
-//! with a single `# EOF` at the very end), with prometheus_client's exact
-//! conventions, and `?name[]=` restricts them like everything else.
+//! Their values live in `prometheus-client`'s thread-safe metric types
+//! (counters, gauges, labelled families), updated as things happen. At a
+//! scrape, [`SelfMetrics::families`] reads them straight into this crate's
+//! [`MetricFamily`] model ([`super::families::FamilyList`]; nothing is
+//! encoded and parsed back), and the server encodes the merged families and
+//! these together with [`crate::expose::encode`]: the self-metrics are
+//! written in whichever format and escaping was negotiated (text 0.0.4, text
+//! 1.0.0 or OpenMetrics, with a single `# EOF` at the very end), with
+//! prometheus_client's exact conventions, and `?name[]=` restricts them like
+//! everything else.
 //!
 //! Every metric is documented in `docs/metrics.md`.
 
@@ -19,13 +20,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
 
-use crate::model::{Labels, MetricFamily, MetricType, Sample};
+use crate::model::{MetricFamily, MetricType};
 use crate::pipeline::CollectStats;
 use crate::source::{Problem, SkipReason};
 
-use crate::server::telemetry::process::ProcessCollector;
+use crate::server::telemetry::families::FamilyList;
+use crate::server::telemetry::process::ProcessStats;
 use crate::server::telemetry::web_metrics::WebMetrics;
 
 /// Label set of the labelled self-metrics: one `(name, value)` pair.
@@ -35,7 +36,11 @@ type F64Gauge = Gauge<f64, AtomicU64>;
 /// Handles to every self-metric, and the registry that encodes them.
 #[derive(Debug)]
 pub(crate) struct SelfMetrics {
-    registry: Registry,
+    /// Whether `process_*` are exported.
+    process: bool,
+    /// Whether the subdirectory metrics are exported.
+    subdirectory_metrics: bool,
+    build_labels: Vec<(&'static str, String)>,
     scrape_duration: F64Gauge,
     files_read: Gauge,
     files_skipped: Family<OneLabel, Gauge>,
@@ -70,11 +75,16 @@ const SUBDIRECTORY_CONFLICT_REASONS: &[&str] = &[
 ];
 
 impl SelfMetrics {
-    /// Registers every self-metric; `process_*` only when `process` is set.
+    /// Every self-metric at its initial value; `process_*` only when
+    /// `process` is set.
     pub(crate) fn new(process: bool) -> Self {
-        let mut registry = Registry::default();
         let m = Self {
-            registry: Registry::default(),
+            process,
+            subdirectory_metrics: false,
+            build_labels: crate::build_info::labels()
+                .iter()
+                .map(|&(name, value)| (name, value.to_owned()))
+                .collect(),
             scrape_duration: F64Gauge::default(),
             files_read: Gauge::default(),
             files_skipped: Family::default(),
@@ -88,98 +98,24 @@ impl SelfMetrics {
             watch_rescans: Counter::default(),
             subdirectories: Gauge::default(),
             subdirectory_conflicts: Family::default(),
-            web: WebMetrics::default(),
+            web: WebMetrics::new(),
         };
-        let build_info: Family<OneLabel, Gauge> = Family::default();
-        build_info
-            .get_or_create(
-                &crate::build_info::labels()
-                    .iter()
-                    .map(|&(name, value)| (name, value.to_owned()))
-                    .collect(),
-            )
-            .set(1);
         for reason in skip_reasons() {
             m.files_skipped
                 .get_or_create(&vec![("reason", reason.to_owned())])
                 .set(0);
         }
-        for state in ["present", "missing", "unreadable"] {
+        for state in DIRECTORY_STATES {
             m.directories
                 .get_or_create(&vec![("state", state.to_owned())])
                 .set(0);
         }
-        for result in ["success", "failure"] {
+        for result in RELOAD_RESULTS {
             m.reloads
                 .get_or_create(&vec![("result", result.to_owned())])
                 .inc_by(0);
         }
-        let p = "multiproc_exporter_";
-        registry.register(
-            format!("{p}build_info"),
-            "A metric with a constant '1' value labeled by version, revision, branch, build_date, rustc_version, os and arch from which multiproc-exporter was built",
-            build_info,
-        );
-        registry.register(
-            format!("{p}scrape_duration_seconds"),
-            "Time the last scrape took to list, read, merge and transform the metric files, in seconds",
-            m.scrape_duration.clone(),
-        );
-        registry.register(
-            format!("{p}scrape_files_read"),
-            "Metric files merged by the last scrape",
-            m.files_read.clone(),
-        );
-        registry.register(
-            format!("{p}scrape_files_skipped"),
-            "Metric files left out of the last scrape, by reason",
-            m.files_skipped.clone(),
-        );
-        registry.register(
-            format!("{p}scrape_directories"),
-            "Configured metric directories at the last scrape, by state (present, missing or unreadable)",
-            m.directories.clone(),
-        );
-        registry.register(
-            format!("{p}scrape_records"),
-            "Records (series values) merged by the last scrape",
-            m.records.clone(),
-        );
-        registry.register(
-            format!("{p}scrape_bytes_read"),
-            "Bytes read from metric files by the last scrape",
-            m.bytes_read.clone(),
-        );
-        registry.register(
-            format!("{p}scrape_families"),
-            "Metric families served by the last scrape, after filtering, excluding these self-metrics",
-            m.families.clone(),
-        );
-        registry.register(
-            format!("{p}config_last_reload_successful"),
-            "Whether the last configuration load or reload succeeded (1) or failed (0)",
-            m.reload_successful.clone(),
-        );
-        registry.register(
-            format!("{p}config_last_reload_success_timestamp_seconds"),
-            "Time of the last successful configuration load, in seconds since the Unix epoch",
-            m.reload_success_time.clone(),
-        );
-        registry.register(
-            format!("{p}config_reloads"),
-            "Configuration reload attempts, by result",
-            m.reloads.clone(),
-        );
-        registry.register(
-            format!("{p}watch_rescans"),
-            "Full rescans of the metric directories forced by a file-watch queue overflow or error",
-            m.watch_rescans.clone(),
-        );
-        let web = WebMetrics::register(&mut registry);
-        if process {
-            registry.register_collector(Box::new(ProcessCollector));
-        }
-        Self { registry, web, ..m }
+        m
     }
 
     /// Records the outcome of one scrape (`panicked`: the reader hit a bug
@@ -254,16 +190,7 @@ impl SelfMetrics {
                 .get_or_create(&vec![("reason", (*reason).to_owned())])
                 .set(0);
         }
-        self.registry.register(
-            "multiproc_exporter_scrape_subdirectories",
-            "Subdirectories read, each as its own metrics directory, by the last scrape (--dir.subdirectories-label)",
-            self.subdirectories.clone(),
-        );
-        self.registry.register(
-            "multiproc_exporter_scrape_subdirectory_conflicts",
-            "Metric families and subdirectories that did not combine cleanly at the last scrape, by reason (--dir.subdirectories-label)",
-            self.subdirectory_conflicts.clone(),
-        );
+        self.subdirectory_metrics = true;
     }
 
     /// Records what the last scrape read with `--dir.subdirectories-label`:
@@ -283,141 +210,126 @@ impl SelfMetrics {
         self.watch_rescans.inc();
     }
 
-    /// The self-metrics as families, in registration order.
+    /// The self-metrics as families, with their current values, in a fixed
+    /// order (samples of a labelled family sorted by label value).
     pub(crate) fn families(&self) -> Vec<MetricFamily> {
-        let mut text = String::new();
-        if let Err(e) = prometheus_client::encoding::text::encode(&mut text, &self.registry) {
-            tracing::error!(error = %e, "Cannot encode the exporter's own metrics.");
-            return Vec::new();
+        let p = "multiproc_exporter_";
+        let mut out = FamilyList::default();
+        let build_labels: Vec<(&str, &str)> = self
+            .build_labels
+            .iter()
+            .map(|(name, value)| (*name, value.as_str()))
+            .collect();
+        out.gauge_with_labels(
+            &format!("{p}build_info"),
+            "A metric with a constant '1' value labeled by version, revision, branch, build_date, rustc_version, os and arch from which multiproc-exporter was built.",
+            &build_labels,
+            1.0,
+        );
+        out.gauge(
+            &format!("{p}scrape_duration_seconds"),
+            "Time the last scrape took to list, read, merge and transform the metric files, in seconds.",
+            self.scrape_duration.get(),
+        );
+        out.gauge(
+            &format!("{p}scrape_files_read"),
+            "Metric files merged by the last scrape.",
+            self.files_read.get() as f64,
+        );
+        out.by_label(
+            &format!("{p}scrape_files_skipped"),
+            "Metric files left out of the last scrape, by reason.",
+            MetricType::Gauge,
+            "reason",
+            skip_reasons().map(|r| (r, labelled(&self.files_skipped, "reason", r) as f64)),
+        );
+        out.by_label(
+            &format!("{p}scrape_directories"),
+            "Configured metric directories at the last scrape, by state (present, missing or unreadable).",
+            MetricType::Gauge,
+            "state",
+            DIRECTORY_STATES.map(|s| (s, labelled(&self.directories, "state", s) as f64)),
+        );
+        out.gauge(
+            &format!("{p}scrape_records"),
+            "Records (series values) merged by the last scrape.",
+            self.records.get() as f64,
+        );
+        out.gauge(
+            &format!("{p}scrape_bytes_read"),
+            "Bytes read from metric files by the last scrape.",
+            self.bytes_read.get() as f64,
+        );
+        out.gauge(
+            &format!("{p}scrape_families"),
+            "Metric families served by the last scrape, after filtering, excluding these self-metrics.",
+            self.families.get() as f64,
+        );
+        out.gauge(
+            &format!("{p}config_last_reload_successful"),
+            "Whether the last configuration load or reload succeeded (1) or failed (0).",
+            self.reload_successful.get() as f64,
+        );
+        out.gauge(
+            &format!("{p}config_last_reload_success_timestamp_seconds"),
+            "Time of the last successful configuration load, in seconds since the Unix epoch.",
+            self.reload_success_time.get(),
+        );
+        out.by_label(
+            &format!("{p}config_reloads"),
+            "Configuration reload attempts, by result.",
+            MetricType::Counter,
+            "result",
+            RELOAD_RESULTS.map(|r| {
+                let n = self
+                    .reloads
+                    .get_or_create(&vec![("result", r.to_owned())])
+                    .get();
+                (r, n as f64)
+            }),
+        );
+        out.counter(
+            &format!("{p}watch_rescans"),
+            "Full rescans of the metric directories forced by a file-watch queue overflow or error.",
+            self.watch_rescans.get() as f64,
+        );
+        self.web.add_families(&mut out);
+        if self.subdirectory_metrics {
+            out.gauge(
+                &format!("{p}scrape_subdirectories"),
+                "Subdirectories read, each as its own metrics directory, by the last scrape (--dir.subdirectories-label).",
+                self.subdirectories.get() as f64,
+            );
+            out.by_label(
+                &format!("{p}scrape_subdirectory_conflicts"),
+                "Metric families and subdirectories that did not combine cleanly at the last scrape, by reason (--dir.subdirectories-label).",
+                MetricType::Gauge,
+                "reason",
+                SUBDIRECTORY_CONFLICT_REASONS
+                    .iter()
+                    .map(|&r| (r, labelled(&self.subdirectory_conflicts, "reason", r) as f64)),
+            );
         }
-        let mut families = parse_openmetrics(&text);
-        // A `Family` keeps its series in a hash map: sort them by labels so
-        // that the output order is stable.
-        for family in &mut families {
-            family
-                .samples
-                .sort_by(|a, b| a.labels.as_slice().cmp(b.labels.as_slice()));
+        if self.process {
+            ProcessStats::read().add_families(&mut out);
         }
-        families
+        out.into_families()
     }
 }
+
+/// The value of the series `{label="value"}` of a labelled gauge.
+fn labelled(family: &Family<OneLabel, Gauge>, label: &'static str, value: &str) -> i64 {
+    family.get_or_create(&vec![(label, value.to_owned())]).get()
+}
+
+/// The `state` label values of `multiproc_exporter_scrape_directories`.
+const DIRECTORY_STATES: [&str; 3] = ["present", "missing", "unreadable"];
+
+/// The `result` label values of `multiproc_exporter_config_reloads`.
+const RELOAD_RESULTS: [&str; 2] = ["success", "failure"];
 
 fn count(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-/// Parses the OpenMetrics text that `prometheus-client` writes (HELP before
-/// TYPE, optional UNIT, samples without timestamps or exemplars) into
-/// families. Lines it does not understand are skipped.
-pub(crate) fn parse_openmetrics(text: &str) -> Vec<MetricFamily> {
-    let mut families: Vec<MetricFamily> = Vec::new();
-    for line in text.lines() {
-        if line == "# EOF" {
-            break;
-        }
-        if let Some(rest) = line.strip_prefix("# HELP ") {
-            let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
-            families.push(MetricFamily {
-                name: name.into(),
-                help: unescape(help).into(),
-                metric_type: MetricType::Unknown,
-                samples: Vec::new(),
-            });
-        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let (name, type_name) = rest.split_once(' ').unwrap_or((rest, "unknown"));
-            let metric_type =
-                MetricType::from_file_prefix(type_name).unwrap_or(MetricType::Unknown);
-            match families.last_mut() {
-                Some(f) if &*f.name == name => f.metric_type = metric_type,
-                _ => families.push(MetricFamily {
-                    name: name.into(),
-                    help: "".into(),
-                    metric_type,
-                    samples: Vec::new(),
-                }),
-            }
-        } else if line.starts_with('#') || line.is_empty() {
-            continue;
-        } else if let (Some(sample), Some(family)) = (parse_sample(line), families.last_mut()) {
-            family.samples.push(sample);
-        }
-    }
-    families
-}
-
-/// `name{a="b",...} value`.
-fn parse_sample(line: &str) -> Option<Sample> {
-    let name_end = line.find(['{', ' '])?;
-    let name = &line[..name_end];
-    let mut rest = &line[name_end..];
-    let mut labels = Vec::new();
-    if let Some(mut inner) = rest.strip_prefix('{') {
-        loop {
-            if let Some(after) = inner.strip_prefix('}') {
-                rest = after;
-                break;
-            }
-            inner = inner.strip_prefix(',').unwrap_or(inner);
-            let (key, after_key) = inner.split_once("=\"")?;
-            let (value, after_value) = read_quoted(after_key)?;
-            labels.push((Arc::from(key), Arc::from(value)));
-            inner = after_value;
-        }
-    }
-    let value = rest.split_whitespace().next()?;
-    Some(Sample {
-        name: name.into(),
-        labels: Labels::new(labels),
-        value: parse_value(value)?,
-    })
-}
-
-/// Reads an escaped label value up to its closing quote; returns it and the rest.
-fn read_quoted(s: &str) -> Option<(String, &str)> {
-    let mut out = String::new();
-    let mut chars = s.char_indices();
-    while let Some((i, c)) = chars.next() {
-        match c {
-            '"' => return Some((out, &s[i + 1..])),
-            '\\' => match chars.next()?.1 {
-                'n' => out.push('\n'),
-                other => out.push(other),
-            },
-            c => out.push(c),
-        }
-    }
-    None
-}
-
-fn unescape(s: &str) -> String {
-    if !s.contains('\\') {
-        return s.to_owned();
-    }
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        match (c, chars.clone().next()) {
-            ('\\', Some('n')) => {
-                out.push('\n');
-                chars.next();
-            }
-            ('\\', Some(other @ ('\\' | '"'))) => {
-                out.push(other);
-                chars.next();
-            }
-            (c, _) => out.push(c),
-        }
-    }
-    out
-}
-
-fn parse_value(s: &str) -> Option<f64> {
-    match s {
-        "+Inf" | "inf" | "+inf" => Some(f64::INFINITY),
-        "-Inf" | "-inf" => Some(f64::NEG_INFINITY),
-        "NaN" | "nan" => Some(f64::NAN),
-        _ => s.parse().ok(),
-    }
 }
 
 /// Leaves out self-metric families whose name a merged family already has
@@ -447,7 +359,7 @@ mod tests {
     use crate::expose::encode::{encode, Escaping, Format};
 
     #[test]
-    fn parses_what_the_crate_writes() {
+    fn families_carry_the_observed_values() {
         let m = SelfMetrics::new(false);
         m.observe_scrape(
             &CollectStats {
@@ -555,21 +467,5 @@ mod tests {
         assert!(text.contains(
             "multiproc_exporter_scrape_subdirectory_conflicts{reason=\"duplicate_name\"} 0.0\n"
         ));
-    }
-
-    #[test]
-    fn parser_handles_escapes_and_specials() {
-        let families = parse_openmetrics(
-            "# HELP a h\\nx\n# TYPE a gauge\n# UNIT a seconds\na{k=\"v\\\"\\\\\\n\",l=\"\"} NaN\n\
-             a inf\n# HELP b_x y\n# TYPE b_x info\nb_x_info{version=\"1\"} 1\n# EOF\nc 1\n",
-        );
-        assert_eq!(families.len(), 2);
-        assert_eq!(&*families[0].help, "h\nx");
-        assert_eq!(families[0].samples[0].labels.get("k"), Some("v\"\\\n"));
-        assert_eq!(families[0].samples[0].labels.get("l"), Some(""));
-        assert!(families[0].samples[0].value.is_nan());
-        assert_eq!(families[0].samples[1].value, f64::INFINITY);
-        assert_eq!(families[1].metric_type, MetricType::Info);
-        assert_eq!(&*families[1].samples[0].name, "b_x_info");
     }
 }

@@ -1,6 +1,6 @@
 //! The exporter's own metrics about its HTTP side: connections open and
 //! closed by the server, requests refused (503 over `--web.max-requests`, 401)
-//! and web configuration reloads. Registered in the self-metrics registry
+//! and web configuration reloads. Part of the self-metrics
 //! ([`crate::server::telemetry::self_metrics`]); documented in `docs/metrics.md`.
 
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -8,7 +8,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
+
+use super::families::FamilyList;
+use crate::model::MetricType;
+
+/// The `result` label values of the reload counters.
+const RESULTS: [&str; 2] = ["success", "failure"];
 
 type ReasonLabel = Vec<(&'static str, &'static str)>;
 
@@ -97,7 +102,7 @@ pub(crate) struct WebMetrics {
 impl WebMetrics {
     /// Creates the metrics and registers them (every label value present
     /// from the start, at 0).
-    pub(crate) fn register(registry: &mut Registry) -> Self {
+    pub(crate) fn new() -> Self {
         let m = Self::default();
         for reason in CloseReason::ALL {
             m.connections_closed
@@ -109,51 +114,75 @@ impl WebMetrics {
                 .get_or_create(&vec![("reason", reason.label())])
                 .inc_by(0);
         }
-        for result in ["success", "failure"] {
+        for result in RESULTS {
             m.reloads.get_or_create(&vec![("result", result)]).inc_by(0);
         }
-        let p = "multiproc_exporter_";
-        registry.register(
-            format!("{p}http_connections_open"),
-            "HTTP connections open now",
-            m.connections_open.clone(),
-        );
-        registry.register(
-            format!("{p}http_connections_closed"),
-            "HTTP connections the exporter closed or refused, by reason",
-            m.connections_closed.clone(),
-        );
-        registry.register(
-            format!("{p}http_requests_rejected"),
-            "HTTP requests refused before reaching a handler, by reason (max_requests: 503, unauthorized: 401)",
-            m.requests_rejected.clone(),
-        );
-        registry.register(
-            format!("{p}http_scrapes_in_flight"),
-            "Scrapes of the metrics path being served now, this one included",
-            m.scrapes_in_flight.clone(),
-        );
-        registry.register(
-            format!("{p}http_bcrypt_checks"),
-            "bcrypt password checks computed (requests answered from the cache of earlier checks not included)",
-            m.bcrypt_checks.clone(),
-        );
-        registry.register(
-            format!("{p}web_config_last_reload_successful"),
-            "Whether the last web configuration load or reload succeeded (1) or failed (0)",
-            m.reload_successful.clone(),
-        );
-        registry.register(
-            format!("{p}web_config_last_reload_success_timestamp_seconds"),
-            "Time of the last successful web configuration load, in seconds since the Unix epoch",
-            m.reload_success_time.clone(),
-        );
-        registry.register(
-            format!("{p}web_config_reloads"),
-            "Web configuration reload attempts, by result",
-            m.reloads.clone(),
-        );
         m
+    }
+
+    /// Adds these metrics' families, with their current values.
+    pub(crate) fn add_families(&self, out: &mut FamilyList) {
+        let p = "multiproc_exporter_";
+        let by_reason = |family: &Family<ReasonLabel, Counter>, reasons: &[&'static str]| {
+            reasons
+                .iter()
+                .map(|&r| (r, family.get_or_create(&vec![("reason", r)]).get() as f64))
+                .collect::<Vec<_>>()
+        };
+        out.gauge(
+            &format!("{p}http_connections_open"),
+            "HTTP connections open now.",
+            self.connections_open.get() as f64,
+        );
+        out.by_label(
+            &format!("{p}http_connections_closed"),
+            "HTTP connections the exporter closed or refused, by reason.",
+            MetricType::Counter,
+            "reason",
+            by_reason(
+                &self.connections_closed,
+                &CloseReason::ALL.map(CloseReason::label),
+            ),
+        );
+        out.by_label(
+            &format!("{p}http_requests_rejected"),
+            "HTTP requests refused before reaching a handler, by reason (max_requests: 503, unauthorized: 401).",
+            MetricType::Counter,
+            "reason",
+            by_reason(&self.requests_rejected, &RejectReason::ALL.map(RejectReason::label)),
+        );
+        out.gauge(
+            &format!("{p}http_scrapes_in_flight"),
+            "Scrapes of the metrics path being served now, this one included.",
+            self.scrapes_in_flight.get() as f64,
+        );
+        out.counter(
+            &format!("{p}http_bcrypt_checks"),
+            "bcrypt password checks computed (requests answered from the cache of earlier checks not included).",
+            self.bcrypt_checks.get() as f64,
+        );
+        out.gauge(
+            &format!("{p}web_config_last_reload_successful"),
+            "Whether the last web configuration load or reload succeeded (1) or failed (0).",
+            self.reload_successful.get() as f64,
+        );
+        out.gauge(
+            &format!("{p}web_config_last_reload_success_timestamp_seconds"),
+            "Time of the last successful web configuration load, in seconds since the Unix epoch.",
+            self.reload_success_time.get(),
+        );
+        out.by_label(
+            &format!("{p}web_config_reloads"),
+            "Web configuration reload attempts, by result.",
+            MetricType::Counter,
+            "result",
+            RESULTS.map(|r| {
+                (
+                    r,
+                    self.reloads.get_or_create(&vec![("result", r)]).get() as f64,
+                )
+            }),
+        );
     }
 
     /// A connection was accepted (`open`) or ended.
