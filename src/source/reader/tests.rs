@@ -1,0 +1,154 @@
+//! Tests of the windowed reading and the memory budget of [`super::Reader`].
+
+use std::io::Write as _;
+
+use super::*;
+use crate::format::layout::file_bytes;
+use crate::format::writer::encode_key;
+
+fn key(i: usize, padding: usize) -> String {
+    let value = format!("{i}-{}", "x".repeat(padding));
+    encode_key("req", "req_total", &[("path", &value)], "Requests.")
+}
+
+fn write_file(path: &Path, keys: &[String]) {
+    let records: Vec<(&str, f64, f64)> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| (k.as_str(), i as f64, 0.0))
+        .collect();
+    std::fs::write(path, file_bytes(&records)).unwrap();
+}
+
+fn read_values(reader: &mut Reader, dir: &Path, store: &mut KeyStore) -> Vec<Vec<f64>> {
+    let read = reader.read(&[Input::Directory(dir.to_path_buf())], store);
+    assert!(read.problems.is_empty(), "{:?}", read.problems);
+    read.files
+        .iter()
+        .map(|f| f.merge.values.iter().map(|v| v.0).collect())
+        .collect()
+}
+
+/// Regression: a file was read into one buffer as large as its header
+/// claimed (2 GiB for a sparse file).
+#[test]
+fn a_file_larger_than_a_chunk_is_read_in_bounded_windows() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys: Vec<String> = (0..40_000).map(|i| key(i, 40)).collect();
+    let path = dir.path().join("counter_1.db");
+    write_file(&path, &keys);
+    assert!(std::fs::metadata(&path).unwrap().len() > 3 * READ_CHUNK as u64);
+    let mut reader = Reader::new();
+    let mut store = KeyStore::new();
+    let values = read_values(&mut reader, dir.path(), &mut store);
+    let expected: Vec<f64> = (0..40_000).map(|i| i as f64).collect();
+    assert_eq!(values, vec![expected.clone()]);
+    assert_eq!(store.len(), 40_000);
+    assert!(
+        reader.buffer.capacity() <= READ_CHUNK,
+        "{}",
+        reader.buffer.capacity()
+    );
+
+    // Grown past another chunk: old values (from the map or read again)
+    // and new ones, in order.
+    let more: Vec<String> = (0..60_000).map(|i| key(i, 40)).collect();
+    write_file(&path, &more);
+    reader.recheck_all();
+    let values = read_values(&mut reader, dir.path(), &mut store);
+    assert_eq!(
+        values,
+        vec![(0..60_000).map(|i| i as f64).collect::<Vec<_>>()]
+    );
+    assert!(reader.buffer.capacity() <= READ_CHUNK);
+}
+
+#[test]
+fn a_record_larger_than_a_chunk_is_read_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = vec![key(0, 10), key(1, 3 * READ_CHUNK / 2), key(2, 10)];
+    write_file(&dir.path().join("counter_1.db"), &keys);
+    let mut reader = Reader::new();
+    let mut store = KeyStore::new();
+    assert_eq!(
+        read_values(&mut reader, dir.path(), &mut store),
+        vec![vec![0.0, 1.0, 2.0]]
+    );
+    // The large buffer is not kept.
+    assert!(reader.buffer.capacity() <= READ_CHUNK);
+}
+
+fn sparse_file_claiming(path: &Path, used: i32) {
+    let mut file = File::create(path).unwrap();
+    file.set_len(used as u64).unwrap();
+    file.write_all(&used.to_ne_bytes()).unwrap();
+}
+
+/// Regression: the 2 GiB sparse file allocated and read 2 GiB on
+/// every scrape before it was skipped.
+#[test]
+fn a_sparse_file_claiming_2_gib_costs_one_window() {
+    let dir = tempfile::tempdir().unwrap();
+    write_file(&dir.path().join("counter_1.db"), &[key(0, 1)]);
+    sparse_file_claiming(&dir.path().join("counter_2.db"), i32::MAX - 7);
+    let mut reader = Reader::new();
+    let mut store = KeyStore::new();
+    let read = reader.read(&[Input::Directory(dir.path().to_path_buf())], &mut store);
+    assert_eq!(read.files.len(), 1);
+    assert_eq!(read.problems.len(), 1);
+    assert_eq!(read.problems[0].1.reason.label(), "key_not_json");
+    assert!(
+        read.stats.bytes_read < 4 * READ_CHUNK as u64,
+        "{}",
+        read.stats.bytes_read
+    );
+}
+
+#[test]
+fn a_file_over_the_memory_budget_is_skipped_and_not_read_again_while_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    write_file(&dir.path().join("counter_1.db"), &[key(0, 1)]);
+    let big: Vec<String> = (0..50_000).map(|i| key(i, 40)).collect();
+    write_file(&dir.path().join("counter_2.db"), &big);
+    let budget = Arc::new(MemoryBudget::new(4 << 20));
+    let mut reader = Reader::new();
+    reader.set_memory_budget(Some(budget.clone()));
+    let mut store = KeyStore::new();
+    let inputs = [Input::Directory(dir.path().to_path_buf())];
+    let read = reader.read(&inputs, &mut store);
+    assert_eq!(read.files.len(), 1);
+    let labels: Vec<_> = read.problems.iter().map(|p| p.1.reason.label()).collect();
+    assert_eq!(labels, ["over_memory_budget"]);
+    assert!(
+        budget.held() <= budget.limit(),
+        "{} > {}",
+        budget.held(),
+        budget.limit()
+    );
+    // Unchanged: skipped after reading one page.
+    let read = reader.read(&inputs, &mut store);
+    assert_eq!(read.problems.len(), 1);
+    assert!(
+        read.stats.bytes_read <= FIRST_READ as u64 + 64,
+        "{}",
+        read.stats.bytes_read
+    );
+    // Without a budget the same files are read whole.
+    let mut unlimited = Reader::new();
+    let read = unlimited.read(&inputs, &mut KeyStore::new());
+    assert_eq!((read.files.len(), read.problems.len()), (2, 0));
+}
+
+#[test]
+fn a_file_whose_records_exceed_the_whole_budget_is_skipped_before_it_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    sparse_file_claiming(&dir.path().join("counter_2.db"), i32::MAX - 7);
+    let mut reader = Reader::new();
+    reader.set_memory_budget(Some(Arc::new(MemoryBudget::new(256 << 20))));
+    let read = reader.read(
+        &[Input::Directory(dir.path().to_path_buf())],
+        &mut KeyStore::new(),
+    );
+    assert_eq!(read.problems[0].1.reason.label(), "over_memory_budget");
+    assert!(read.stats.bytes_read <= FIRST_READ as u64);
+}
