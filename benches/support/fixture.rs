@@ -31,6 +31,7 @@ pub(crate) const LIVE_PID_BASE: u64 = 10_000;
 pub(crate) const DEAD_PID_BASE: u64 = 100_000;
 
 /// vLLM's bucket sets (`vllm/v1/metrics/buckets.py`), shared with the demo.
+use multiproc_exporter::demo::help;
 use multiproc_exporter::demo::{
     ITERATION_TOKENS_BUCKETS as ITERATION_TOKENS, ITL_BUCKETS as ITL,
     NUM_PREEMPTIONS_BUCKETS as NUM_PREEMPTIONS, PARAMS_N_BUCKETS as PARAMS_N,
@@ -149,40 +150,154 @@ pub(crate) fn catalogue() -> Vec<MetricDef> {
     use Kind::{Counter, Gauge};
     let mut defs = vec![
         // Histograms: 16 × (buckets + `+Inf` + `_sum`).
-        histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.", REQUEST_TOKENS),
-        histogram("vllm:request_generation_tokens", "Number of generation tokens processed.", REQUEST_TOKENS),
-        histogram("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", ITERATION_TOKENS),
-        histogram("vllm:request_max_num_generation_tokens", "Histogram of maximum number of requested generation tokens.", REQUEST_TOKENS),
-        histogram("vllm:request_params_n", "Histogram of the n request parameter.", PARAMS_N),
-        histogram("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", REQUEST_TOKENS),
-        histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", TTFT),
-        histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", ITL),
-        histogram("vllm:request_time_per_output_token_seconds", "Histogram of time_per_output_token_seconds per request.", ITL),
-        histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", REQUEST_LATENCY),
-        histogram("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", REQUEST_LATENCY),
-        histogram("vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.", REQUEST_LATENCY),
-        histogram("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", REQUEST_LATENCY),
-        histogram("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", REQUEST_LATENCY),
-        histogram("vllm:request_num_preemptions", "Histogram of the number of preemptions per request.", NUM_PREEMPTIONS),
-        histogram("vllm:request_prefill_kv_computed_tokens", "Histogram of new KV tokens computed during prefill (excluding cached tokens).", REQUEST_TOKENS),
+        histogram(
+            "vllm:request_prompt_tokens",
+            help("vllm:request_prompt_tokens"),
+            REQUEST_TOKENS,
+        ),
+        histogram(
+            "vllm:request_generation_tokens",
+            help("vllm:request_generation_tokens"),
+            REQUEST_TOKENS,
+        ),
+        histogram(
+            "vllm:iteration_tokens_total",
+            help("vllm:iteration_tokens_total"),
+            ITERATION_TOKENS,
+        ),
+        histogram(
+            "vllm:request_max_num_generation_tokens",
+            help("vllm:request_max_num_generation_tokens"),
+            REQUEST_TOKENS,
+        ),
+        histogram(
+            "vllm:request_params_n",
+            help("vllm:request_params_n"),
+            PARAMS_N,
+        ),
+        histogram(
+            "vllm:request_params_max_tokens",
+            help("vllm:request_params_max_tokens"),
+            REQUEST_TOKENS,
+        ),
+        histogram(
+            "vllm:time_to_first_token_seconds",
+            help("vllm:time_to_first_token_seconds"),
+            TTFT,
+        ),
+        histogram(
+            "vllm:inter_token_latency_seconds",
+            help("vllm:inter_token_latency_seconds"),
+            ITL,
+        ),
+        histogram(
+            "vllm:request_time_per_output_token_seconds",
+            help("vllm:request_time_per_output_token_seconds"),
+            ITL,
+        ),
+        histogram(
+            "vllm:e2e_request_latency_seconds",
+            help("vllm:e2e_request_latency_seconds"),
+            REQUEST_LATENCY,
+        ),
+        histogram(
+            "vllm:request_queue_time_seconds",
+            help("vllm:request_queue_time_seconds"),
+            REQUEST_LATENCY,
+        ),
+        histogram(
+            "vllm:request_inference_time_seconds",
+            help("vllm:request_inference_time_seconds"),
+            REQUEST_LATENCY,
+        ),
+        histogram(
+            "vllm:request_prefill_time_seconds",
+            help("vllm:request_prefill_time_seconds"),
+            REQUEST_LATENCY,
+        ),
+        histogram(
+            "vllm:request_decode_time_seconds",
+            help("vllm:request_decode_time_seconds"),
+            REQUEST_LATENCY,
+        ),
+        histogram(
+            "vllm:request_num_preemptions",
+            help("vllm:request_num_preemptions"),
+            NUM_PREEMPTIONS,
+        ),
+        histogram(
+            "vllm:request_prefill_kv_computed_tokens",
+            help("vllm:request_prefill_kv_computed_tokens"),
+            REQUEST_TOKENS,
+        ),
         // Counters.
-        vllm(Counter, "vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens."),
-        vllm(Counter, "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."),
-        vllm(Counter, "vllm:external_prefix_cache_queries", "External prefix cache queries from KV connector cross-instance cache sharing, in terms of number of queried tokens."),
-        vllm(Counter, "vllm:external_prefix_cache_hits", "External prefix cache hits from KV connector cross-instance cache sharing, in terms of number of cached tokens."),
-        vllm(Counter, "vllm:mm_cache_queries", "Multi-modal cache queries, in terms of number of queried items."),
-        vllm(Counter, "vllm:mm_cache_hits", "Multi-modal cache hits, in terms of number of cached items."),
-        vllm(Counter, "vllm:num_preemptions", "Cumulative number of preemption from the engine."),
-        vllm(Counter, "vllm:prompt_tokens", "Number of prefill tokens processed."),
-        vllm(Counter, "vllm:generation_tokens", "Number of generation tokens processed."),
-        vllm(Counter, "vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external)."),
-        vllm_by(Counter, "vllm:prompt_tokens_by_source", "Number of prompt tokens by source.", "source", &["local_compute", "local_cache_hit", "external_kv_transfer"]),
-        vllm_by(Counter, "vllm:prompt_tokens_cached_by_source", "Number of cached prompt tokens by source.", "source", &["device", "host", "p2p", "disk", "external_unspecified"]),
-        vllm_by(Counter, "vllm:request_success", "Count of successfully processed requests.", "finished_reason", &["stop", "length", "abort", "error", "repetition"]),
+        vllm(
+            Counter,
+            "vllm:prefix_cache_queries",
+            help("vllm:prefix_cache_queries"),
+        ),
+        vllm(
+            Counter,
+            "vllm:prefix_cache_hits",
+            help("vllm:prefix_cache_hits"),
+        ),
+        vllm(
+            Counter,
+            "vllm:external_prefix_cache_queries",
+            help("vllm:external_prefix_cache_queries"),
+        ),
+        vllm(
+            Counter,
+            "vllm:external_prefix_cache_hits",
+            help("vllm:external_prefix_cache_hits"),
+        ),
+        vllm(
+            Counter,
+            "vllm:mm_cache_queries",
+            help("vllm:mm_cache_queries"),
+        ),
+        vllm(Counter, "vllm:mm_cache_hits", help("vllm:mm_cache_hits")),
+        vllm(
+            Counter,
+            "vllm:num_preemptions",
+            help("vllm:num_preemptions"),
+        ),
+        vllm(Counter, "vllm:prompt_tokens", help("vllm:prompt_tokens")),
+        vllm(
+            Counter,
+            "vllm:generation_tokens",
+            help("vllm:generation_tokens"),
+        ),
+        vllm(
+            Counter,
+            "vllm:prompt_tokens_cached",
+            help("vllm:prompt_tokens_cached"),
+        ),
+        vllm_by(
+            Counter,
+            "vllm:prompt_tokens_by_source",
+            help("vllm:prompt_tokens_by_source"),
+            "source",
+            &["local_compute", "local_cache_hit", "external_kv_transfer"],
+        ),
+        vllm_by(
+            Counter,
+            "vllm:prompt_tokens_cached_by_source",
+            help("vllm:prompt_tokens_cached_by_source"),
+            "source",
+            &["device", "host", "p2p", "disk", "external_unspecified"],
+        ),
+        vllm_by(
+            Counter,
+            "vllm:request_success",
+            help("vllm:request_success"),
+            "finished_reason",
+            &["stop", "length", "abort", "error", "repetition"],
+        ),
         MetricDef {
             kind: Counter,
             name: "vllm:admission_rejections",
-            help: "Number of requests rejected at admission.",
+            help: help("vllm:admission_rejections"),
             label_names: vec!["model_name", "reason"],
             children: ["max_num_queued_reqs", "max_num_queued_tokens"]
                 .iter()
@@ -191,18 +306,57 @@ pub(crate) fn catalogue() -> Vec<MetricDef> {
             buckets: &[],
         },
         // `mostrecent` gauges.
-        vllm(Gauge, "vllm:num_requests_running", "Number of requests in model execution batches."),
-        vllm(Gauge, "vllm:num_requests_waiting", "Number of requests waiting to be processed."),
-        vllm_by(Gauge, "vllm:num_requests_waiting_by_reason", "Number of requests waiting, by reason.", "reason", &["capacity", "deferred"]),
-        vllm_by(Gauge, "vllm:num_requests_kv_fetch_by_stage", "Number of requests fetching KV, by stage.", "stage", &["waiting_to_start", "in_progress", "completed_waiting"]),
-        vllm_by(Gauge, "vllm:engine_sleep_state", "Engine sleep state; awake = 0 means engine is sleeping.", "sleep_state", &["awake", "weights_offloaded", "discard_all"]),
-        vllm(Gauge, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."),
+        vllm(
+            Gauge,
+            "vllm:num_requests_running",
+            help("vllm:num_requests_running"),
+        ),
+        vllm(
+            Gauge,
+            "vllm:num_requests_waiting",
+            help("vllm:num_requests_waiting"),
+        ),
+        vllm_by(
+            Gauge,
+            "vllm:num_requests_waiting_by_reason",
+            help("vllm:num_requests_waiting_by_reason"),
+            "reason",
+            &["capacity", "deferred"],
+        ),
+        vllm_by(
+            Gauge,
+            "vllm:num_requests_kv_fetch_by_stage",
+            help("vllm:num_requests_kv_fetch_by_stage"),
+            "stage",
+            &["waiting_to_start", "in_progress", "completed_waiting"],
+        ),
+        vllm_by(
+            Gauge,
+            "vllm:engine_sleep_state",
+            help("vllm:engine_sleep_state"),
+            "sleep_state",
+            &["awake", "weights_offloaded", "discard_all"],
+        ),
+        vllm(
+            Gauge,
+            "vllm:kv_cache_usage_perc",
+            help("vllm:kv_cache_usage_perc"),
+        ),
         MetricDef {
             kind: Gauge,
             name: "vllm:cache_config_info",
-            help: "Information of the LLMEngine CacheConfig",
-            label_names: vec!["block_size", "cache_dtype", "gpu_memory_utilization", "enable_prefix_caching", "engine"],
-            children: vec![["16", "auto", "0.9", "True", "0"].iter().map(|s| (*s).to_owned()).collect()],
+            help: help("vllm:cache_config_info"),
+            label_names: vec![
+                "block_size",
+                "cache_dtype",
+                "gpu_memory_utilization",
+                "enable_prefix_caching",
+                "engine",
+            ],
+            children: vec![["16", "auto", "0.9", "True", "0"]
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect()],
             buckets: &[],
         },
     ];
@@ -226,7 +380,7 @@ pub(crate) fn catalogue() -> Vec<MetricDef> {
         MetricDef {
             kind: Kind::Counter,
             name: "http_requests",
-            help: "Total number of requests by method, status and handler.",
+            help: help("http_requests"),
             label_names: vec!["handler", "method", "status"],
             children: requests,
             buckets: &[],
@@ -234,7 +388,7 @@ pub(crate) fn catalogue() -> Vec<MetricDef> {
         MetricDef {
             kind: Kind::Summary,
             name: "http_request_size_bytes",
-            help: "Content length of incoming requests by handler. Only value of header is respected. Otherwise ignored. No percentile calculated. ",
+            help: help("http_request_size_bytes"),
             label_names: vec!["handler"],
             children: by_handler.clone(),
             buckets: &[],
@@ -242,7 +396,7 @@ pub(crate) fn catalogue() -> Vec<MetricDef> {
         MetricDef {
             kind: Kind::Summary,
             name: "http_response_size_bytes",
-            help: "Content length of outgoing responses by handler. Only value of header is respected. Otherwise ignored. No percentile calculated. ",
+            help: help("http_response_size_bytes"),
             label_names: vec!["handler"],
             children: by_handler,
             buckets: &[],
@@ -250,7 +404,7 @@ pub(crate) fn catalogue() -> Vec<MetricDef> {
         MetricDef {
             kind: Kind::Histogram,
             name: "http_request_duration_highr_seconds",
-            help: "Latency with many buckets but no API specific labels. Made for more accurate percentile calculations. ",
+            help: help("http_request_duration_highr_seconds"),
             label_names: vec![],
             children: vec![vec![]],
             buckets: HTTP_HIGHR,
@@ -258,7 +412,7 @@ pub(crate) fn catalogue() -> Vec<MetricDef> {
         MetricDef {
             kind: Kind::Histogram,
             name: "http_request_duration_seconds",
-            help: "Latency with only few buckets by handler. Made to be only used if aggregation by handler is important. ",
+            help: help("http_request_duration_seconds"),
             label_names: vec!["handler", "method"],
             children: by_handler_method,
             buckets: HTTP_LOWR,

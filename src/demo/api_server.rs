@@ -107,6 +107,9 @@ pub(super) struct EngineMetrics {
     pub(super) prefix_hits: Vec<Counter>,
     pub(super) external_queries: Vec<Counter>,
     pub(super) external_hits: Vec<Counter>,
+    /// `vllm:mm_cache_queries` and `vllm:mm_cache_hits`: created (so written)
+    /// by every vLLM, never incremented for a text-only model.
+    pub(super) _mm_cache: [Vec<Counter>; 2],
     pub(super) preemptions: Vec<Counter>,
     pub(super) prompt_tokens: Vec<Counter>,
     pub(super) prompt_by_source: Vec<Vec<Counter>>,
@@ -171,20 +174,12 @@ pub(super) struct HttpMetrics {
     pub(super) lowr: Vec<((&'static str, &'static str), Histogram)>,
 }
 
-pub(super) const HTTP_TOTAL_HELP: &str = "Total number of requests by method, status and handler.";
-pub(super) const HTTP_REQ_SIZE_HELP: &str = "Content length of incoming requests by handler. Only value of header is respected. Otherwise ignored. No percentile calculated. ";
-pub(super) const HTTP_RESP_SIZE_HELP: &str = "Content length of outgoing responses by handler. Only value of header is respected. Otherwise ignored. No percentile calculated. ";
-pub(super) const HTTP_HIGHR_HELP: &str =
-    "Latency with many buckets but no API specific labels. Made for more accurate percentile calculations. ";
-pub(super) const HTTP_LOWR_HELP: &str =
-    "Latency with only few buckets by handler. Made to be only used if aggregation by handler is important. ";
-
 impl HttpMetrics {
     pub(super) fn new(w: &mut ProcessWriter) -> io::Result<HttpMetrics> {
         Ok(HttpMetrics {
             highr: w.histogram(
                 "http_request_duration_highr_seconds",
-                HTTP_HIGHR_HELP,
+                help("http_request_duration_highr_seconds"),
                 &[],
                 HTTP_HIGHR_BUCKETS,
             )?,
@@ -211,7 +206,7 @@ impl HttpMetrics {
             None => {
                 let c = w.counter(
                     "http_requests_total",
-                    HTTP_TOTAL_HELP,
+                    help("http_requests"),
                     &[("method", method), ("status", status), ("handler", handler)],
                 )?;
                 self.requests.push((key, c));
@@ -224,7 +219,7 @@ impl HttpMetrics {
             None => {
                 let s = w.summary(
                     "http_request_size_bytes",
-                    HTTP_REQ_SIZE_HELP,
+                    help("http_request_size_bytes"),
                     &[("handler", handler)],
                 )?;
                 self.request_size.push((handler, s));
@@ -237,7 +232,7 @@ impl HttpMetrics {
             None => {
                 let s = w.summary(
                     "http_response_size_bytes",
-                    HTTP_RESP_SIZE_HELP,
+                    help("http_response_size_bytes"),
                     &[("handler", handler)],
                 )?;
                 self.response_size.push((handler, s));
@@ -252,7 +247,7 @@ impl HttpMetrics {
             None => {
                 let h = w.histogram(
                     "http_request_duration_seconds",
-                    HTTP_LOWR_HELP,
+                    help("http_request_duration_seconds"),
                     &[("method", method), ("handler", handler)],
                     HTTP_LOWR_BUCKETS,
                 )?;
@@ -279,13 +274,13 @@ impl ApiServer {
         // (vllm/entrypoints/speech_to_text/realtime/metrics.py).
         let ws_active = w.gauge(
             "vllm:websocket_connections_active",
-            "Number of active WebSocket connections.",
+            help("vllm:websocket_connections_active"),
             &[],
             GaugeMode::LiveSum,
         )?;
         let ws_total = w.counter(
             "vllm:websocket_connections_total",
-            "Total number of WebSocket connections.",
+            help("vllm:websocket_connections_total"),
             &[],
         )?;
 
@@ -296,71 +291,120 @@ impl ApiServer {
         let request_tokens = build_1_2_5_buckets(cfg.max_model_len);
         let ww = &mut w;
         let m = EngineMetrics {
-            running: mk.gauges(ww, "vllm:num_requests_running", "Number of requests in model execution batches.", &[])?,
-            waiting: mk.gauges(ww, "vllm:num_requests_waiting", "Number of requests waiting to be processed.", &[])?,
+            running: mk.gauges(
+                ww,
+                "vllm:num_requests_running",
+                help("vllm:num_requests_running"),
+                &[],
+            )?,
+            waiting: mk.gauges(
+                ww,
+                "vllm:num_requests_waiting",
+                help("vllm:num_requests_waiting"),
+                &[],
+            )?,
             waiting_by_reason: mk.gauges_by(
                 ww,
                 "vllm:num_requests_waiting_by_reason",
-                "Number of requests waiting to be processed, by reason.",
+                help("vllm:num_requests_waiting_by_reason"),
                 "reason",
                 &WAITING_REASONS,
             )?,
             kv_fetch_by_stage: mk.gauges_by(
                 ww,
                 "vllm:num_requests_kv_fetch_by_stage",
-                "Number of requests fetching KV cache from a remote instance, by stage.",
+                help("vllm:num_requests_kv_fetch_by_stage"),
                 "stage",
                 &KV_FETCH_STAGES,
             )?,
             sleep_state: mk.gauges_by(
                 ww,
                 "vllm:engine_sleep_state",
-                "Engine sleep state; 1 for the current state, 0 otherwise.",
+                help("vllm:engine_sleep_state"),
                 "sleep_state",
                 &SLEEP_STATES,
             )?,
-            kv_usage: mk.gauges(ww, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", &[])?,
+            kv_usage: mk.gauges(
+                ww,
+                "vllm:kv_cache_usage_perc",
+                help("vllm:kv_cache_usage_perc"),
+                &[],
+            )?,
             prefix_queries: mk.counters(
                 ww,
                 "vllm:prefix_cache_queries",
-                "Prefix cache queries, in terms of number of queried tokens.",
+                help("vllm:prefix_cache_queries"),
                 &[],
             )?,
-            prefix_hits: mk.counters(ww, "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", &[])?,
+            prefix_hits: mk.counters(
+                ww,
+                "vllm:prefix_cache_hits",
+                help("vllm:prefix_cache_hits"),
+                &[],
+            )?,
             external_queries: mk.counters(
                 ww,
                 "vllm:external_prefix_cache_queries",
-                "External prefix cache queries from KV connector cross-instance cache sharing, in terms of number of queried tokens.",
+                help("vllm:external_prefix_cache_queries"),
                 &[],
             )?,
             external_hits: mk.counters(
                 ww,
                 "vllm:external_prefix_cache_hits",
-                "External prefix cache hits from KV connector cross-instance cache sharing, in terms of number of cached tokens.",
+                help("vllm:external_prefix_cache_hits"),
                 &[],
             )?,
-            preemptions: mk.counters(ww, "vllm:num_preemptions", "Cumulative number of preemption from the engine.", &[])?,
-            prompt_tokens: mk.counters(ww, "vllm:prompt_tokens", "Number of prefill tokens processed.", &[])?,
+            _mm_cache: [
+                mk.counters(
+                    ww,
+                    "vllm:mm_cache_queries",
+                    help("vllm:mm_cache_queries"),
+                    &[],
+                )?,
+                mk.counters(ww, "vllm:mm_cache_hits", help("vllm:mm_cache_hits"), &[])?,
+            ],
+            preemptions: mk.counters(
+                ww,
+                "vllm:num_preemptions",
+                help("vllm:num_preemptions"),
+                &[],
+            )?,
+            prompt_tokens: mk.counters(
+                ww,
+                "vllm:prompt_tokens",
+                help("vllm:prompt_tokens"),
+                &[],
+            )?,
             prompt_by_source: mk.counters_by(
                 ww,
                 "vllm:prompt_tokens_by_source",
-                "Number of prompt tokens by source.",
+                help("vllm:prompt_tokens_by_source"),
                 "source",
                 &PROMPT_SOURCES,
             )?,
-            prompt_cached: mk.counters(ww, "vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).", &[])?,
+            prompt_cached: mk.counters(
+                ww,
+                "vllm:prompt_tokens_cached",
+                help("vllm:prompt_tokens_cached"),
+                &[],
+            )?,
             cached_by_source: mk.counters_by(
                 ww,
                 "vllm:prompt_tokens_cached_by_source",
-                "Number of cached prompt tokens by cache hit source.",
+                help("vllm:prompt_tokens_cached_by_source"),
                 "source",
                 &CACHED_SOURCES,
             )?,
-            generation_tokens: mk.counters(ww, "vllm:generation_tokens", "Number of generation tokens processed.", &[])?,
+            generation_tokens: mk.counters(
+                ww,
+                "vllm:generation_tokens",
+                help("vllm:generation_tokens"),
+                &[],
+            )?,
             success: mk.counters_by(
                 ww,
                 "vllm:request_success",
-                "Count of successfully processed requests.",
+                help("vllm:request_success"),
                 "finished_reason",
                 &FINISH_REASONS.map(|(r, _)| r),
             )?,
@@ -369,114 +413,149 @@ impl ApiServer {
                 .map(|r| {
                     ww.counter(
                         "vllm:admission_rejections",
-                        "Number of requests rejected at admission, by reason.",
+                        help("vllm:admission_rejections"),
                         &[("model_name", mk.model), ("reason", r)],
                     )
                 })
                 .collect::<io::Result<_>>()?,
-            h_prompt_tokens: mk.histograms(ww, "vllm:request_prompt_tokens", "Number of prefill tokens processed.", &request_tokens)?,
+            h_prompt_tokens: mk.histograms(
+                ww,
+                "vllm:request_prompt_tokens",
+                help("vllm:request_prompt_tokens"),
+                &request_tokens,
+            )?,
             h_generation_tokens: mk.histograms(
                 ww,
                 "vllm:request_generation_tokens",
-                "Number of generation tokens processed.",
+                help("vllm:request_generation_tokens"),
                 &request_tokens,
             )?,
             h_iteration_tokens: mk.histograms(
                 ww,
                 "vllm:iteration_tokens_total",
-                "Histogram of number of tokens per engine_step.",
+                help("vllm:iteration_tokens_total"),
                 ITERATION_TOKENS_BUCKETS,
             )?,
             h_max_generation_tokens: mk.histograms(
                 ww,
                 "vllm:request_max_num_generation_tokens",
-                "Histogram of maximum number of requested generation tokens.",
+                help("vllm:request_max_num_generation_tokens"),
                 &request_tokens,
             )?,
-            h_params_n: mk.histograms(ww, "vllm:request_params_n", "Histogram of the n request parameter.", PARAMS_N_BUCKETS)?,
+            h_params_n: mk.histograms(
+                ww,
+                "vllm:request_params_n",
+                help("vllm:request_params_n"),
+                PARAMS_N_BUCKETS,
+            )?,
             h_params_max_tokens: mk.histograms(
                 ww,
                 "vllm:request_params_max_tokens",
-                "Histogram of the max_tokens request parameter.",
+                help("vllm:request_params_max_tokens"),
                 &request_tokens,
             )?,
-            h_ttft: mk.histograms(ww, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", TTFT_BUCKETS)?,
-            h_itl: mk.histograms(ww, "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", ITL_BUCKETS)?,
+            h_ttft: mk.histograms(
+                ww,
+                "vllm:time_to_first_token_seconds",
+                help("vllm:time_to_first_token_seconds"),
+                TTFT_BUCKETS,
+            )?,
+            h_itl: mk.histograms(
+                ww,
+                "vllm:inter_token_latency_seconds",
+                help("vllm:inter_token_latency_seconds"),
+                ITL_BUCKETS,
+            )?,
             h_tpot: mk.histograms(
                 ww,
                 "vllm:request_time_per_output_token_seconds",
-                "Histogram of time_per_output_token_seconds per request.",
+                help("vllm:request_time_per_output_token_seconds"),
                 ITL_BUCKETS,
             )?,
             h_e2e: mk.histograms(
                 ww,
                 "vllm:e2e_request_latency_seconds",
-                "Histogram of e2e request latency in seconds.",
+                help("vllm:e2e_request_latency_seconds"),
                 REQUEST_LATENCY_BUCKETS,
             )?,
             h_queue: mk.histograms(
                 ww,
                 "vllm:request_queue_time_seconds",
-                "Histogram of time spent in WAITING phase for request.",
+                help("vllm:request_queue_time_seconds"),
                 REQUEST_LATENCY_BUCKETS,
             )?,
             h_inference: mk.histograms(
                 ww,
                 "vllm:request_inference_time_seconds",
-                "Histogram of time spent in RUNNING phase for request.",
+                help("vllm:request_inference_time_seconds"),
                 REQUEST_LATENCY_BUCKETS,
             )?,
             h_prefill: mk.histograms(
                 ww,
                 "vllm:request_prefill_time_seconds",
-                "Histogram of time spent in PREFILL phase for request.",
+                help("vllm:request_prefill_time_seconds"),
                 REQUEST_LATENCY_BUCKETS,
             )?,
             h_decode: mk.histograms(
                 ww,
                 "vllm:request_decode_time_seconds",
-                "Histogram of time spent in DECODE phase for request.",
+                help("vllm:request_decode_time_seconds"),
                 REQUEST_LATENCY_BUCKETS,
             )?,
             h_num_preemptions: mk.histograms(
                 ww,
                 "vllm:request_num_preemptions",
-                "Number of preemptions per request.",
+                help("vllm:request_num_preemptions"),
                 NUM_PREEMPTIONS_BUCKETS,
             )?,
             h_prefill_kv_computed: mk.histograms(
                 ww,
                 "vllm:request_prefill_kv_computed_tokens",
-                "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+                help("vllm:request_prefill_kv_computed_tokens"),
                 &request_tokens,
             )?,
             h_kv_lifetime: mk.histograms(
                 ww,
                 "vllm:kv_block_lifetime_seconds",
-                "KV cache block lifetime from allocation to eviction. Sampled metrics (controlled by --kv-cache-metrics-sample).",
+                help("vllm:kv_block_lifetime_seconds"),
                 KV_RESIDENCY_BUCKETS,
             )?,
             h_kv_idle: mk.histograms(
                 ww,
                 "vllm:kv_block_idle_before_evict_seconds",
-                "Idle time before KV cache block eviction. Sampled metrics (controlled by --kv-cache-metrics-sample).",
+                help("vllm:kv_block_idle_before_evict_seconds"),
                 KV_RESIDENCY_BUCKETS,
             )?,
             h_kv_reuse_gap: mk.histograms(
                 ww,
                 "vllm:kv_block_reuse_gap_seconds",
-                "Time gaps between consecutive KV cache block accesses. Sampled metrics (controlled by --kv-cache-metrics-sample).",
+                help("vllm:kv_block_reuse_gap_seconds"),
                 KV_RESIDENCY_BUCKETS,
             )?,
-            spec_drafts: mk.counters(ww, "vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", &[])?,
-            spec_draft_tokens: mk.counters(ww, "vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", &[])?,
-            spec_accepted: mk.counters(ww, "vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", &[])?,
+            spec_drafts: mk.counters(
+                ww,
+                "vllm:spec_decode_num_drafts",
+                help("vllm:spec_decode_num_drafts"),
+                &[],
+            )?,
+            spec_draft_tokens: mk.counters(
+                ww,
+                "vllm:spec_decode_num_draft_tokens",
+                help("vllm:spec_decode_num_draft_tokens"),
+                &[],
+            )?,
+            spec_accepted: mk.counters(
+                ww,
+                "vllm:spec_decode_num_accepted_tokens",
+                help("vllm:spec_decode_num_accepted_tokens"),
+                &[],
+            )?,
             spec_accepted_per_pos: (0..SPEC_ACCEPT.len())
                 .map(|p| {
                     mk.counters(
                         ww,
                         "vllm:spec_decode_num_accepted_tokens_per_pos",
-                        "Accepted tokens per draft position.",
+                        help("vllm:spec_decode_num_accepted_tokens_per_pos"),
                         &[("position", &p.to_string())],
                     )
                 })
@@ -484,65 +563,89 @@ impl ApiServer {
             mfu_flops: mk.counters(
                 ww,
                 "vllm:estimated_flops_per_gpu_total",
-                "Estimated number of floating point operations per GPU (for Model Flops Utilization calculations).",
+                help("vllm:estimated_flops_per_gpu_total"),
                 &[],
             )?,
             mfu_read: mk.counters(
                 ww,
                 "vllm:estimated_read_bytes_per_gpu_total",
-                "Estimated number of bytes read from memory per GPU (for Model Bandwidth Utilization calculations).",
+                help("vllm:estimated_read_bytes_per_gpu_total"),
                 &[],
             )?,
             mfu_write: mk.counters(
                 ww,
                 "vllm:estimated_write_bytes_per_gpu_total",
-                "Estimated number of bytes written to memory per GPU (for Model Bandwidth Utilization calculations).",
+                help("vllm:estimated_write_bytes_per_gpu_total"),
                 &[],
             )?,
             nixl_xfer: mk.histograms(
                 ww,
                 "vllm:nixl_xfer_time_seconds",
-                "Histogram of transfer duration for NIXL KV Cache transfers.",
+                help("vllm:nixl_xfer_time_seconds"),
                 &NIXL_TIME_BUCKETS[1..],
             )?,
             nixl_post: mk.histograms(
                 ww,
                 "vllm:nixl_post_time_seconds",
-                "Histogram of transfer post time for NIXL KV Cache transfers.",
+                help("vllm:nixl_post_time_seconds"),
                 NIXL_TIME_BUCKETS,
             )?,
             nixl_bytes: mk.histograms(
                 ww,
                 "vllm:nixl_bytes_transferred",
-                "Histogram of bytes transferred per NIXL KV Cache transfers.",
+                help("vllm:nixl_bytes_transferred"),
                 &nixl_bytes_buckets(),
             )?,
             nixl_descriptors: mk.histograms(
                 ww,
                 "vllm:nixl_num_descriptors",
-                "Histogram of number of descriptors per NIXL  KV Cache transfers.",
+                help("vllm:nixl_num_descriptors"),
                 NIXL_DESCRIPTOR_BUCKETS,
             )?,
-            nixl_failed_transfers: mk.counters(ww, "vllm:nixl_num_failed_transfers", "Number of failed NIXL KV Cache transfers.", &[])?,
+            nixl_failed_transfers: mk.counters(
+                ww,
+                "vllm:nixl_num_failed_transfers",
+                help("vllm:nixl_num_failed_transfers"),
+                &[],
+            )?,
             nixl_failed_notifications: mk.counters(
                 ww,
                 "vllm:nixl_num_failed_notifications",
-                "Number of failed NIXL KV Cache notifications.",
+                help("vllm:nixl_num_failed_notifications"),
                 &[],
             )?,
             nixl_expired: mk.counters(
                 ww,
                 "vllm:nixl_num_kv_expired_reqs",
-                "Number of requests that had their KV expire. NOTE: This metric is tracked on the P instance.",
+                help("vllm:nixl_num_kv_expired_reqs"),
                 &[],
             )?,
             nixl_after_expiry: mk.counters(
                 ww,
                 "vllm:nixl_num_notifications_after_expiry",
-                "Number of notifications received for requests whose KV had already expired.",
+                help("vllm:nixl_num_notifications_after_expiry"),
                 &[],
             )?,
         };
+
+        // The CPU offloading connector's deprecated families, created with a
+        // child per engine and transfer direction (the others appear once
+        // something was offloaded; the demo offloads nothing).
+        for e in 0..cfg.engines {
+            let engine = e.to_string();
+            for direction in ["CPU_to_GPU", "GPU_to_CPU"] {
+                let labels = mk.labels(&engine, &[("transfer_type", direction)]);
+                ww.histogram(
+                    "vllm:kv_offload_size",
+                    help("vllm:kv_offload_size"),
+                    &labels,
+                    KV_OFFLOAD_SIZE_BUCKETS,
+                )?;
+                for name in ["vllm:kv_offload_total_bytes", "vllm:kv_offload_total_time"] {
+                    ww.counter(name, help(name), &labels)?;
+                }
+            }
+        }
 
         // log_engine_initialized(): the CacheConfig info gauge (labels: every CacheConfig
         // field as str(), plus engine; no model_name), and the initial sleep state.
@@ -550,7 +653,7 @@ impl ApiServer {
             let engine = e.to_string();
             let info = w.gauge(
                 "vllm:cache_config_info",
-                "Information of the LLMEngine CacheConfig",
+                help("vllm:cache_config_info"),
                 &[
                     ("block_size", "16"),
                     ("cache_dtype", "auto"),

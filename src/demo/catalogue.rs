@@ -19,6 +19,10 @@ pub const ITL_BUCKETS: &[f64] = &[
     0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
     40.0, 80.0,
 ];
+/// The offloading connector's `TRANSFER_SIZE_BUCKETS`
+/// (`vllm/distributed/kv_transfer/kv_connector/v1/offloading/metrics.py`).
+pub const KV_OFFLOAD_SIZE_BUCKETS: &[f64] =
+    &[1e6, 5e6, 10e6, 20e6, 40e6, 60e6, 80e6, 100e6, 150e6, 200e6];
 /// `iteration_tokens`.
 pub const ITERATION_TOKENS_BUCKETS: &[f64] = &[
     1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0,
@@ -115,4 +119,116 @@ pub(super) fn nixl_bytes_buckets() -> Vec<f64> {
         .step_by(2)
         .map(|i| (1u64 << (10 + i)) as f64)
         .collect()
+}
+
+/// The help text of every family the simulation and the benchmarks' fixture
+/// write, by family name (a counter's without `_total`): the one place these
+/// strings live. vLLM's stat-logger families carry vLLM 0.33.0's own texts,
+/// extracted from its code by `scripts/vllm-catalogue.py`
+/// (`tests/data/vllm-0.33.0-stat-logger.json`, which `tests/it/demo.rs`
+/// checks the demo against); the others are vLLM's frontend,
+/// prometheus-fastapi-instrumentator's and LMCache's texts.
+pub const HELP: &[(&str, &str)] = &[
+    ("vllm:kv_offload_size", "Histogram of KV offload transfer size, in bytes."),
+    ("vllm:kv_offload_total_bytes", "Number of bytes offloaded by KV connector"),
+    ("vllm:kv_offload_total_time", "Total time measured by all KV offloading operations"),
+    ("http_request_duration_highr_seconds", "Latency with many buckets but no API specific labels. Made for more accurate percentile calculations. "),
+    ("http_request_duration_seconds", "Latency with only few buckets by handler. Made to be only used if aggregation by handler is important. "),
+    ("http_request_size_bytes", "Content length of incoming requests by handler. Only value of header is respected. Otherwise ignored. No percentile calculated. "),
+    ("http_requests", "Total number of requests by method, status and handler."),
+    ("http_response_size_bytes", "Content length of outgoing responses by handler. Only value of header is respected. Otherwise ignored. No percentile calculated. "),
+    ("lmcache:active_memory_objs_count", "The number of active memory objects"),
+    ("lmcache:local_cache_usage", "Local cache usage (bytes) of lmcache"),
+    ("lmcache:local_cpu_evict_count", "Total number of evict in local cpu backend"),
+    ("lmcache:local_cpu_evict_keys_count", "Total number of evict keys in local cpu backend"),
+    ("lmcache:local_storage_usage", "Local storage usage (bytes) of lmcache"),
+    ("lmcache:lookup_0_hit_requests", "Total number of 0 hit lookup requests"),
+    ("lmcache:lookup_hit_rate", "Hit rate of lmcache lookup requests since last log"),
+    ("lmcache:num_hit_tokens", "Total number of tokens hit in lmcache"),
+    ("lmcache:num_lookup_hits", "Total number of tokens hit in lookup from lmcache"),
+    ("lmcache:num_lookup_requests", "Total number of lookup requests sent to lmcache"),
+    ("lmcache:num_lookup_tokens", "Total number of tokens requested in lookup from lmcache"),
+    ("lmcache:num_prompt_tokens", "Number of prompt tokens in lmcache"),
+    ("lmcache:num_requested_tokens", "Total number of tokens requested from lmcache"),
+    ("lmcache:num_retrieve_requests", "Total number of retrieve requests sent to lmcache"),
+    ("lmcache:num_store_requests", "Total number of store requests sent to lmcache"),
+    ("lmcache:num_stored_tokens", "Total number of tokens stored in lmcache including evicted ones"),
+    ("lmcache:num_vllm_hit_tokens", "Number of hit tokens in vllm"),
+    ("lmcache:pinned_memory_objs_count", "The number of pinned memory objects"),
+    ("lmcache:remote_cache_usage", "Remote cache usage (bytes) of lmcache"),
+    ("lmcache:retrieve_hit_rate", "Hit rate of lmcache retrieve requests since last log"),
+    ("lmcache:retrieve_speed", "Retrieve speed of lmcache (tokens per second)"),
+    ("lmcache:store_speed", "Store speed of lmcache (tokens per second)"),
+    ("lmcache:time_to_lookup", "Time to lookup in lmcache (seconds)"),
+    ("lmcache:time_to_retrieve", "Time to retrieve from lmcache (seconds)"),
+    ("lmcache:time_to_store", "Time to store to lmcache (seconds)"),
+    ("vllm:admission_rejections", "Number of admission attempts rejected by a queue limit, by reason."),
+    ("vllm:cache_config_info", "Information of the LLMEngine CacheConfig"),
+    ("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds."),
+    ("vllm:engine_sleep_state", "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2."),
+    ("vllm:estimated_flops_per_gpu", "Estimated number of floating point operations per GPU (for Model Flops Utilization calculations)."),
+    ("vllm:estimated_read_bytes_per_gpu", "Estimated number of bytes read from memory per GPU (for Model Flops Utilization calculations)."),
+    ("vllm:estimated_write_bytes_per_gpu", "Estimated number of bytes written to memory per GPU (for Model Flops Utilization calculations)."),
+    ("vllm:external_prefix_cache_hits", "External prefix cache hits from KV connector cross-instance cache sharing, in terms of number of cached tokens."),
+    ("vllm:external_prefix_cache_queries", "External prefix cache queries from KV connector cross-instance cache sharing, in terms of number of queried tokens."),
+    ("vllm:generation_tokens", "Number of generation tokens processed."),
+    ("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds."),
+    ("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step."),
+    ("vllm:kv_block_idle_before_evict_seconds", "Histogram of idle time before KV cache block eviction. Sampled metrics (controlled by --kv-cache-metrics-sample)."),
+    ("vllm:kv_block_lifetime_seconds", "Histogram of KV cache block lifetime from allocation to eviction. Sampled metrics (controlled by --kv-cache-metrics-sample)."),
+    ("vllm:kv_block_reuse_gap_seconds", "Histogram of time gaps between consecutive KV cache block accesses. Only the most recent accesses are recorded (ring buffer). Sampled metrics (controlled by --kv-cache-metrics-sample)."),
+    ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."),
+    ("vllm:mm_cache_hits", "Multi-modal cache hits, in terms of number of cached items."),
+    ("vllm:mm_cache_queries", "Multi-modal cache queries, in terms of number of queried items."),
+    ("vllm:nixl_bytes_transferred", "Histogram of bytes transferred per NIXL KV Cache transfers."),
+    ("vllm:nixl_num_descriptors", "Histogram of number of descriptors per NIXL  KV Cache transfers."),
+    ("vllm:nixl_num_failed_notifications", "Number of failed NIXL KV Cache notifications. Retained for compatibility; these failures are also included in vllm:nixl_num_failed_transfers."),
+    ("vllm:nixl_num_failed_transfers", "Number of failed NIXL KV Cache transfers, including handshake and notification failures. NOTE: KV expiry is tracked separately in vllm:nixl_num_kv_expired_reqs."),
+    ("vllm:nixl_num_kv_expired_reqs", "Number of requests that had their KV expire. NOTE: This metric is tracked on the P instance."),
+    ("vllm:nixl_num_notifications_after_expiry", "Number of completion notifications for requests that were no longer tracked, usually because their KV lease expired. The KV blocks may have been reused before the transfer finished. Counted per notification (one per remote rank), not per request."),
+    ("vllm:nixl_post_time_seconds", "Histogram of transfer post time for NIXL KV Cache transfers."),
+    ("vllm:nixl_xfer_time_seconds", "Histogram of transfer duration for NIXL KV Cache transfers."),
+    ("vllm:num_preemptions", "Cumulative number of preemption from the engine."),
+    ("vllm:num_requests_kv_fetch_by_stage", "Number of waiting requests by async KV load stage. Stage labels: 'waiting_to_start' = needs an async KV load that has not started; 'in_progress' = load started and not yet reported finished; 'completed_waiting' = load finished, request not running yet."),
+    ("vllm:num_requests_running", "Number of requests in model execution batches."),
+    ("vllm:num_requests_waiting", "Number of requests waiting to be processed."),
+    ("vllm:num_requests_waiting_by_reason", "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling capacity; 'deferred' = deferred by transient constraints (LoRA budget, KV transfer, blocked status). Sum of all reasons equals vllm:num_requests_waiting."),
+    ("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."),
+    ("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens."),
+    ("vllm:prompt_tokens", "Number of prefill tokens processed."),
+    ("vllm:prompt_tokens_by_source", "Number of prompt tokens by source."),
+    ("vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external)."),
+    ("vllm:prompt_tokens_cached_by_source", "Prefix-cache hit tokens by the cache tier that supplied them: device (local HBM), host (offloaded to DRAM), disk, p2p (transferred from another vLLM instance) or external_unspecified. Counted at admission; sums to vllm:prefix_cache_hits + vllm:external_prefix_cache_hits."),
+    ("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request."),
+    ("vllm:request_generation_tokens", "Number of generation tokens processed."),
+    ("vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request."),
+    ("vllm:request_max_num_generation_tokens", "Histogram of maximum number of requested generation tokens."),
+    ("vllm:request_num_preemptions", "Histogram of the number of times a request was preempted."),
+    ("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter."),
+    ("vllm:request_params_n", "Histogram of the n request parameter."),
+    ("vllm:request_prefill_kv_computed_tokens", "Histogram of new KV tokens computed during prefill (excluding cached tokens)."),
+    ("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request."),
+    ("vllm:request_prompt_tokens", "Number of prefill tokens processed."),
+    ("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request."),
+    ("vllm:request_success", "Count of successfully processed requests."),
+    ("vllm:request_time_per_output_token_seconds", "Histogram of time_per_output_token_seconds per request."),
+    ("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens."),
+    ("vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position."),
+    ("vllm:spec_decode_num_draft_tokens", "Number of draft tokens."),
+    ("vllm:spec_decode_num_drafts", "Number of spec decoding drafts."),
+    ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds."),
+    ("vllm:websocket_connections", "Total number of WebSocket connections."),
+    ("vllm:websocket_connections_active", "Number of active WebSocket connections."),
+];
+
+/// The help text of `family` (a counter may be named with its `_total`).
+///
+/// # Panics
+/// Panics for a family missing from [`HELP`]: the demo's and the fixture's
+/// tests then fail, so that a new family gets its text here.
+pub fn help(family: &str) -> &'static str {
+    let find = |name: &str| HELP.iter().find(|(n, _)| *n == name).map(|(_, h)| *h);
+    find(family)
+        .or_else(|| family.strip_suffix("_total").and_then(find))
+        .unwrap_or_else(|| panic!("no help text for {family} in demo::catalogue::HELP"))
 }

@@ -55,116 +55,110 @@ impl Worker {
         let mut c = |name: &str, help: &str| ww.counter(name, help, l);
         let retrieve_requests = c(
             "lmcache:num_retrieve_requests",
-            "Total number of retrieve requests sent to lmcache",
+            help("lmcache:num_retrieve_requests"),
         )?;
         let store_requests = c(
             "lmcache:num_store_requests",
-            "Total number of store requests sent to lmcache",
+            help("lmcache:num_store_requests"),
         )?;
         let lookup_requests = c(
             "lmcache:num_lookup_requests",
-            "Total number of lookup requests sent to lmcache",
+            help("lmcache:num_lookup_requests"),
         )?;
         let requested_tokens = c(
             "lmcache:num_requested_tokens",
-            "Total number of tokens requested from lmcache",
+            help("lmcache:num_requested_tokens"),
         )?;
-        let hit_tokens = c(
-            "lmcache:num_hit_tokens",
-            "Total number of tokens hit in lmcache",
-        )?;
+        let hit_tokens = c("lmcache:num_hit_tokens", help("lmcache:num_hit_tokens"))?;
         let stored_tokens = c(
             "lmcache:num_stored_tokens",
-            "Total number of tokens stored in lmcache including evicted ones",
+            help("lmcache:num_stored_tokens"),
         )?;
         let lookup_tokens = c(
             "lmcache:num_lookup_tokens",
-            "Total number of tokens requested in lookup from lmcache",
+            help("lmcache:num_lookup_tokens"),
         )?;
-        let lookup_hits = c(
-            "lmcache:num_lookup_hits",
-            "Total number of tokens hit in lookup from lmcache",
-        )?;
+        let lookup_hits = c("lmcache:num_lookup_hits", help("lmcache:num_lookup_hits"))?;
         let vllm_hit_tokens = c(
             "lmcache:num_vllm_hit_tokens",
-            "Number of hit tokens in vllm",
+            help("lmcache:num_vllm_hit_tokens"),
         )?;
         let prompt_tokens = c(
             "lmcache:num_prompt_tokens",
-            "Number of prompt tokens in lmcache",
+            help("lmcache:num_prompt_tokens"),
         )?;
         let evict_count = c(
             "lmcache:local_cpu_evict_count",
-            "Total number of evict in local cpu backend",
+            help("lmcache:local_cpu_evict_count"),
         )?;
         let evict_keys_count = c(
             "lmcache:local_cpu_evict_keys_count",
-            "Total number of evict keys in local cpu backend",
+            help("lmcache:local_cpu_evict_keys_count"),
         )?;
         let lookup_0_hit = c(
             "lmcache:lookup_0_hit_requests",
-            "Total number of 0 hit lookup requests",
+            help("lmcache:lookup_0_hit_requests"),
         )?;
         let mut g = |name: &str, help: &str, mode: GaugeMode| w.gauge(name, help, l, mode);
         let retrieve_hit_rate = g(
             "lmcache:retrieve_hit_rate",
-            "Hit rate of lmcache retrieve requests since last log",
+            help("lmcache:retrieve_hit_rate"),
             GaugeMode::LiveMostRecent,
         )?;
         let lookup_hit_rate = g(
             "lmcache:lookup_hit_rate",
-            "Hit rate of lmcache lookup requests since last log",
+            help("lmcache:lookup_hit_rate"),
             GaugeMode::LiveMostRecent,
         )?;
         let local_cache_usage = g(
             "lmcache:local_cache_usage",
-            "Local cache usage (bytes) of lmcache",
+            help("lmcache:local_cache_usage"),
             GaugeMode::Sum,
         )?;
         let remote_cache_usage = g(
             "lmcache:remote_cache_usage",
-            "Remote cache usage (bytes) of lmcache",
+            help("lmcache:remote_cache_usage"),
             GaugeMode::Sum,
         )?;
         let local_storage_usage = g(
             "lmcache:local_storage_usage",
-            "Local storage usage (bytes) of lmcache",
+            help("lmcache:local_storage_usage"),
             GaugeMode::Sum,
         )?;
         let active_objs = g(
             "lmcache:active_memory_objs_count",
-            "The number of active memory objects",
+            help("lmcache:active_memory_objs_count"),
             GaugeMode::Sum,
         )?;
         let pinned_objs = g(
             "lmcache:pinned_memory_objs_count",
-            "The number of pinned memory objects",
+            help("lmcache:pinned_memory_objs_count"),
             GaugeMode::Sum,
         )?;
         let mut h = |name: &str, help: &str, b: &[f64]| w.histogram(name, help, l, b);
         let time_to_retrieve = h(
             "lmcache:time_to_retrieve",
-            "Time to retrieve from lmcache (seconds)",
+            help("lmcache:time_to_retrieve"),
             LMCACHE_TIME_BUCKETS,
         )?;
         let time_to_store = h(
             "lmcache:time_to_store",
-            "Time to store to lmcache (seconds)",
+            help("lmcache:time_to_store"),
             LMCACHE_TIME_BUCKETS,
         )?;
         let time_to_lookup = h(
             "lmcache:time_to_lookup",
-            "Time to lookup in lmcache (seconds)",
+            help("lmcache:time_to_lookup"),
             &lmcache_lookup_buckets(),
         )?;
         let retrieve_speed = h(
             "lmcache:retrieve_speed",
-            "Retrieve speed of lmcache (tokens per second)",
+            help("lmcache:retrieve_speed"),
             LMCACHE_SPEED_BUCKETS,
         )?;
         let store_speed = h(
             "lmcache:store_speed",
-            "Store speed of lmcache (tokens per second)",
+            help("lmcache:store_speed"),
             LMCACHE_SPEED_BUCKETS,
         )?;
         Ok(Worker {

@@ -371,12 +371,12 @@ mod tests {
     #[test]
     fn loads_words_written_after_mapping() {
         let mut bytes = vec![0u8; 64];
-        bytes[0..4].copy_from_slice(&24i32.to_le_bytes());
+        bytes[0..4].copy_from_slice(&24i32.to_ne_bytes());
         let file = file_with(&bytes);
         let map = MappedFile::new(&file, 64).unwrap();
         assert_eq!(map.load_i32(0), Some(Ok(24)));
-        std::os::unix::fs::FileExt::write_at(&file, &1.5f64.to_le_bytes(), 16).unwrap();
-        std::os::unix::fs::FileExt::write_at(&file, &7.0f64.to_le_bytes(), 24).unwrap();
+        std::os::unix::fs::FileExt::write_at(&file, &1.5f64.to_ne_bytes(), 16).unwrap();
+        std::os::unix::fs::FileExt::write_at(&file, &7.0f64.to_ne_bytes(), 24).unwrap();
         let mut values = Vec::new();
         assert_eq!(map.load_values(&[16, 48], &mut values), Some(Ok(())));
         assert_eq!(values, vec![(1.5, 7.0), (0.0, 0.0)]);
