@@ -1,25 +1,31 @@
 #!/usr/bin/env python3
-"""Extracts the metric families that vLLM's own stat logger defines, from vLLM's own code.
+"""Extracts the metric families that vLLM and LMCache define, from their own code.
 
-Writes ``tests/data/vllm-0.33.0-stat-logger.json``: one entry per family that
+Writes ``vllm-0.33.0-stat-logger.json`` and ``lmcache-0.5.6-prometheus-logger.json``
+into the directory given (``tests/data``). The first has one entry per family that
 ``vllm.v1.metrics.loggers.PrometheusStatLogger`` registers for a deployment with
-2 engines, speculative decoding (3 tokens) and a ``MultiConnector`` of NIXL and
-CPU offloading: name, type, help, label names, histogram bounds, gauge
+2 engines, speculative decoding (3 tokens), a ``MultiConnector`` of NIXL and
+CPU offloading, LoRA, watermarking and NaN counting (after
+``log_engine_initialized``, which writes the cache configuration), plus the
+API server's own families (websockets, the tool-call parser, sleep mode and
+RL weight updates): name, type, help, label names, histogram bounds, gauge
 multiprocess mode, and whether the family is written to the multiprocess
-directory right away (it has a child at start-up). ``tests/it/demo.rs`` checks
-the demo's families against it.
+directory right away (it has a child at start-up). For
+``vllm:cache_config_info`` the label values of a default ``CacheConfig`` are
+kept too (``info``). The second has LMCache 0.5.6's ``PrometheusLogger`` families
+for one worker. ``tests/it/demo.rs`` checks the demo's families against both.
 
 It needs vLLM itself, which is not a test dependency (about 8 GB with torch)::
 
     python3 -m venv /tmp/vllm-venv
-    /tmp/vllm-venv/bin/pip install vllm==0.33.0      # ~5 minutes
-    /tmp/vllm-venv/bin/python scripts/vllm-catalogue.py > tests/data/vllm-0.33.0-stat-logger.json
+    /tmp/vllm-venv/bin/pip install vllm==0.33.0 lmcache==0.5.6   # ~5 minutes
+    /tmp/vllm-venv/bin/python scripts/vllm-catalogue.py tests/data
 
 No GPU is needed: the logger is given a stand-in for ``VllmConfig`` holding only
 the settings it reads (unknown ones read as ``None``), and a real
-``KVTransferConfig``. Families of other vLLM modules (the HTTP instrumentator,
-sleep mode, RL weight updates, websockets, tool parsers, LoRA and watermark
-info, the tiering offload manager) and LMCache's are not extracted yet.
+``KVTransferConfig`` and ``CacheConfig``. Not extracted yet: the HTTP
+instrumentator's families (prometheus-fastapi-instrumentator's, in their own
+registry) and the tiering offload manager's.
 """
 import json
 import os
@@ -27,6 +33,11 @@ import sys
 import tempfile
 
 os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp()
+# Counts requests with NaNs in their logits: vllm:corrupted_requests.
+os.environ["VLLM_COMPUTE_NANS_IN_LOGITS"] = "1"
+
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
 
 class Settings:
@@ -41,13 +52,16 @@ class Settings:
         return None
 
 
-def main():
+def main(out_dir):
     import vllm
     import vllm.v1.metrics.loggers as loggers
     from prometheus_client import REGISTRY, CollectorRegistry
     from prometheus_client.multiprocess import MultiProcessCollector
-    from vllm.config import KVTransferConfig
+    from vllm.config import CacheConfig, KVTransferConfig
 
+    cache = CacheConfig(block_size=16, gpu_memory_utilization=0.9)
+    cache.num_gpu_blocks = 27_000
+    cache.num_cpu_blocks = 0
     kv_transfer = KVTransferConfig(
         kv_connector="MultiConnector",
         kv_role="kv_both",
@@ -60,19 +74,44 @@ def main():
     config = Settings(
         observability_config=Settings(show_hidden_metrics=False, kv_cache_metrics=True,
                                       kv_cache_metrics_sample=0.01, custom_histogram_buckets=None),
-        model_config=Settings(served_model_name="meta-llama/Llama-3.1-8B-Instruct",
+        model_config=Settings(served_model_name=MODEL,
                               max_model_len=8192, is_diffusion=False),
         speculative_config=Settings(num_speculative_tokens=3, method="eagle"),
         kv_transfer_config=kv_transfer,
+        watermark_config=Settings(),
+        lora_config=Settings(max_loras=4),
+        cache_config=cache,
     )
-    loggers.PrometheusStatLogger(config, engine_indexes=[0, 1])
+    logger = loggers.PrometheusStatLogger(config, engine_indexes=[0, 1])
+    logger.log_engine_initialized()
+    # The API server's own families (module-level, or created at start-up).
+    import vllm.entrypoints.speech_to_text.realtime.metrics  # noqa: F401
+    from vllm.entrypoints.rl.online.metrics import weight_operation_metrics
+    from vllm.entrypoints.serve.dev.sleep.metrics import sleep_mode_operation_metrics
+    from vllm.parser.metrics import init_parser_metrics
+    sleep_mode_operation_metrics()
+    weight_operation_metrics()
+    init_parser_metrics(model_name=MODEL)
+
+    # LMCache's logger, for one worker of the same model.
+    import torch
+    from lmcache.observability import PrometheusLogger
+    from lmcache.v1.metadata import LMCacheMetadata
+    PrometheusLogger.GetOrCreate(LMCacheMetadata(
+        model_name=MODEL, world_size=1, local_world_size=1, worker_id=0, local_worker_id=0,
+        kv_dtype=torch.bfloat16, kv_shape=(32, 2, 256, 8, 128), role="worker",
+        served_model_name=MODEL,
+    ))
 
     registry = CollectorRegistry()
     MultiProcessCollector(registry, path=os.environ["PROMETHEUS_MULTIPROC_DIR"])
     written = {family.name for family in registry.collect()}
-    families = []
+    families = {"vllm": [], "lmcache": []}
     for collector in REGISTRY._collector_to_names:
         if not hasattr(collector, "_name"):
+            continue
+        prefix = collector._name.split(":", 1)[0]
+        if prefix not in families:
             continue
         entry = {"name": collector._name, "type": collector._type, "help": collector._documentation,
                  "labels": list(collector._labelnames), "written": collector._name in written}
@@ -80,12 +119,23 @@ def main():
             entry["buckets"] = [b for b in collector._upper_bounds if b != float("inf")]
         if collector._type == "gauge":
             entry["mode"] = collector._multiprocess_mode
-        families.append(entry)
-    families.sort(key=lambda e: e["name"])
-    json.dump(families, sys.stdout, indent=1)
-    sys.stdout.write("\n")
-    print(f"vLLM {vllm.__version__}: {len(families)} families, {len(written)} written", file=sys.stderr)
+        if collector._name == "vllm:cache_config_info":
+            entry["info"] = {k: str(v) for k, v in cache.metrics_info().items()}
+        families[prefix].append(entry)
+    for prefix, file_name in [("vllm", f"vllm-{vllm.__version__}-stat-logger.json"),
+                              ("lmcache", f"lmcache-{lmcache_version()}-prometheus-logger.json")]:
+        entries = sorted(families[prefix], key=lambda e: e["name"])
+        with open(os.path.join(out_dir, file_name), "w") as out:
+            json.dump(entries, out, indent=1)
+            out.write("\n")
+        print(f"{file_name}: {len(entries)} families, {sum(e['written'] for e in entries)} written",
+              file=sys.stderr)
+
+
+def lmcache_version():
+    from importlib.metadata import version
+    return version("lmcache")
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1] if len(sys.argv) > 1 else "tests/data")

@@ -103,6 +103,10 @@ pub(super) struct EngineMetrics {
     pub(super) kv_fetch_by_stage: Vec<Vec<Gauge>>,
     pub(super) sleep_state: Vec<Vec<Gauge>>,
     pub(super) kv_usage: Vec<Gauge>,
+    /// `vllm:corrupted_requests` (with `VLLM_COMPUTE_NANS_IN_LOGITS`) and
+    /// `vllm:watermark_requests` by status (with a watermark configuration):
+    /// written at start-up, never incremented here.
+    pub(super) _optional_features: (Vec<Counter>, Vec<Vec<Counter>>),
     pub(super) prefix_queries: Vec<Counter>,
     pub(super) prefix_hits: Vec<Counter>,
     pub(super) external_queries: Vec<Counter>,
@@ -265,6 +269,7 @@ pub(super) struct ApiServer {
     pub(super) http: HttpMetrics,
     pub(super) ws_active: Gauge,
     pub(super) ws_total: Counter,
+    pub(super) ws_duration: Histogram,
 }
 
 impl ApiServer {
@@ -283,6 +288,29 @@ impl ApiServer {
             help("vllm:websocket_connections_total"),
             &[],
         )?;
+        let ws_duration = w.histogram(
+            "vllm:websocket_connection_duration_seconds",
+            help("vllm:websocket_connection_duration_seconds"),
+            &[],
+            WEBSOCKET_DURATION_BUCKETS,
+        )?;
+        // init_parser_metrics(): every (mode, outcome, request type) child.
+        for mode in TOOL_PARSER_MODES {
+            for outcome in TOOL_PARSER_OUTCOMES {
+                for request_type in TOOL_PARSER_REQUEST_TYPES {
+                    w.counter(
+                        "vllm:tool_call_parser_invocations_total",
+                        help("vllm:tool_call_parser_invocations"),
+                        &[
+                            ("model_name", &cfg.model_name),
+                            ("mode", mode),
+                            ("outcome", outcome),
+                            ("request_type", request_type),
+                        ],
+                    )?;
+                }
+            }
+        }
 
         let mk = Maker {
             model: &cfg.model_name,
@@ -330,6 +358,21 @@ impl ApiServer {
                 help("vllm:kv_cache_usage_perc"),
                 &[],
             )?,
+            _optional_features: (
+                mk.counters(
+                    ww,
+                    "vllm:corrupted_requests",
+                    help("vllm:corrupted_requests"),
+                    &[],
+                )?,
+                mk.counters_by(
+                    ww,
+                    "vllm:watermark_requests",
+                    help("vllm:watermark_requests"),
+                    "status",
+                    WATERMARK_STATUSES,
+                )?,
+            ),
             prefix_queries: mk.counters(
                 ww,
                 "vllm:prefix_cache_queries",
@@ -651,27 +694,12 @@ impl ApiServer {
         // field as str(), plus engine; no model_name), and the initial sleep state.
         for e in 0..cfg.engines {
             let engine = e.to_string();
+            let mut info_labels = CACHE_CONFIG_INFO.to_vec();
+            info_labels.push(("engine", &engine));
             let info = w.gauge(
                 "vllm:cache_config_info",
                 help("vllm:cache_config_info"),
-                &[
-                    ("block_size", "16"),
-                    ("cache_dtype", "auto"),
-                    ("calculate_kv_scales", "False"),
-                    ("cpu_offload_gb", "0"),
-                    ("enable_prefix_caching", "True"),
-                    ("engine", &engine),
-                    ("gpu_memory_utilization", "0.9"),
-                    ("is_attention_free", "False"),
-                    ("kv_sharing_fast_prefill", "False"),
-                    ("mamba_cache_dtype", "auto"),
-                    ("num_cpu_blocks", "None"),
-                    ("num_gpu_blocks", "27616"),
-                    ("num_gpu_blocks_override", "None"),
-                    ("prefix_caching_hash_algo", "sha256"),
-                    ("sliding_window", "None"),
-                    ("swap_space", "4"),
-                ],
+                &info_labels,
                 GaugeMode::MostRecent,
             )?;
             info.set_at(&mut w, 1.0, now)?;
@@ -687,6 +715,7 @@ impl ApiServer {
             http,
             ws_active,
             ws_total,
+            ws_duration,
         })
     }
 }

@@ -23,6 +23,62 @@ pub const ITL_BUCKETS: &[f64] = &[
 /// (`vllm/distributed/kv_transfer/kv_connector/v1/offloading/metrics.py`).
 pub const KV_OFFLOAD_SIZE_BUCKETS: &[f64] =
     &[1e6, 5e6, 10e6, 20e6, 40e6, 60e6, 80e6, 100e6, 150e6, 200e6];
+/// The labels of `vllm:cache_config_info` besides `engine`: vLLM 0.33.0's
+/// `CacheConfig.metrics_info()` for a default configuration with 27,000 GPU
+/// blocks (`tests/data/vllm-0.33.0-stat-logger.json`).
+pub const CACHE_CONFIG_INFO: &[(&str, &str)] = &[
+    ("block_size", "16"),
+    ("user_specified_block_size", "True"),
+    ("kv_cache_layout", "None"),
+    ("prefix_match_unit", "None"),
+    ("gpu_memory_utilization", "0.9"),
+    ("cache_dtype", "auto"),
+    ("is_attention_free", "False"),
+    ("num_gpu_blocks_override", "None"),
+    ("sliding_window", "None"),
+    ("enable_prefix_caching", "True"),
+    ("prefix_caching_hash_algo", "sha256"),
+    ("prefix_cache_retention_interval", "0"),
+    ("kv_cache_dtype_skip_layers", "[]"),
+    ("mamba_page_size_padded", "None"),
+    ("skip_page_size_padded", "None"),
+    ("mamba_block_size", "None"),
+    ("mamba_cache_dtype", "auto"),
+    ("mamba_ssm_cache_dtype", "auto"),
+    ("mamba_cache_mode", "none"),
+    ("enable_mamba_shared_prefix_checkpoint", "False"),
+    ("replayssm_buffer_len", "16"),
+    ("use_replayssm", "False"),
+    ("use_kda_recoverssm", "False"),
+    ("num_gpu_blocks", "27000"),
+    ("num_cpu_blocks", "0"),
+    ("simple_cpu_offload_num_blocks", "None"),
+    ("effective_attention_block_size", "None"),
+    ("kv_cache_size_tokens", "None"),
+    ("kv_cache_max_concurrency", "None"),
+    ("hash_block_size", "None"),
+    ("cache_hit_alignment_tokens", "None"),
+    ("kv_sharing_fast_prefill", "False"),
+    ("swa_bounded_replay", "True"),
+    ("kv_cache_memory_bytes", "None"),
+    ("kv_offloading_size", "None"),
+    ("kv_offloading_backend", "native"),
+    ("_block_size_resolved", "True"),
+];
+/// `vllm/entrypoints/speech_to_text/realtime/metrics.py`
+/// `vllm:websocket_connection_duration_seconds`.
+pub const WEBSOCKET_DURATION_BUCKETS: &[f64] = &[
+    0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
+];
+/// vLLM's tool-call parser metric children: mode, outcome, request type
+/// (`vllm/parser/metrics.py`, all combinations created at start-up).
+pub const TOOL_PARSER_MODES: &[&str] = &["streaming", "non_streaming"];
+/// See [`TOOL_PARSER_MODES`].
+pub const TOOL_PARSER_OUTCOMES: &[&str] = &["tool_call", "no_tool_call"];
+/// See [`TOOL_PARSER_MODES`].
+pub const TOOL_PARSER_REQUEST_TYPES: &[&str] = &["chat_completions", "responses", "other"];
+/// `vllm:watermark_requests` `status` values.
+pub const WATERMARK_STATUSES: &[&str] = &["watermarked", "skipped", "not_watermarked"];
 /// `iteration_tokens`.
 pub const ITERATION_TOKENS_BUCKETS: &[f64] = &[
     1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0,
@@ -129,6 +185,10 @@ pub(super) fn nixl_bytes_buckets() -> Vec<f64> {
 /// checks the demo against); the others are vLLM's frontend,
 /// prometheus-fastapi-instrumentator's and LMCache's texts.
 pub const HELP: &[(&str, &str)] = &[
+    ("vllm:corrupted_requests", "Corrupted requests, in terms of total number of requests with NaNs in logits."),
+    ("vllm:watermark_requests", "Finished requests by watermark status (only with watermark_config)."),
+    ("vllm:tool_call_parser_invocations", "Total number of ToolParser invocations. Non-streaming increments once per choice; streaming increments once per delta."),
+    ("vllm:websocket_connection_duration_seconds", "Duration of WebSocket connections in seconds."),
     ("vllm:kv_offload_size", "Histogram of KV offload transfer size, in bytes."),
     ("vllm:kv_offload_total_bytes", "Number of bytes offloaded by KV connector"),
     ("vllm:kv_offload_total_time", "Total time measured by all KV offloading operations"),
@@ -218,7 +278,7 @@ pub const HELP: &[(&str, &str)] = &[
     ("vllm:spec_decode_num_drafts", "Number of spec decoding drafts."),
     ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds."),
     ("vllm:websocket_connections", "Total number of WebSocket connections."),
-    ("vllm:websocket_connections_active", "Number of active WebSocket connections."),
+    ("vllm:websocket_connections_active", "Number of currently active WebSocket connections."),
 ];
 
 /// The help text of `family` (a counter may be named with its `_total`).

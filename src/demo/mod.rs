@@ -498,6 +498,8 @@ impl Demo {
             let s = &mut self.api[a];
             if s.ws_active.get(&s.w)? > 0.0 && self.rng.chance(0.5) {
                 s.ws_active.dec(&mut s.w, 1.0)?;
+                let duration = self.rng.lognormal(30.0, 1.0);
+                s.ws_duration.observe(&mut s.w, duration)?;
             } else {
                 s.ws_active.inc(&mut s.w, 1.0)?;
                 s.ws_total.inc(&mut s.w, 1.0)?;

@@ -176,6 +176,7 @@ fn a_file_claiming_2_gib_leaves_the_good_files_served_under_a_256_mib_cgroup() {
             );
         }
         exporter.assert_alive();
+        exporter.sync_logs();
         let start = exporter.find_log("Starting multiproc-exporter.").unwrap();
         let want = if budget == "auto" {
             (256u64 << 20) / 100 * 60

@@ -182,6 +182,9 @@ fn pods_come_and_go_between_scrapes() {
         ),
         Some(30.0)
     );
+    // The lines are logged before the scrape answers, but read from the
+    // exporter's standard error by another thread: wait until it caught up.
+    exporter.sync_logs();
     assert!(exporter.find_log("Reading a new subdirectory.").is_some());
     assert!(exporter
         .find_log("Subdirectory is gone; its series are no longer served.")
