@@ -79,6 +79,159 @@ pub const TOOL_PARSER_OUTCOMES: &[&str] = &["tool_call", "no_tool_call"];
 pub const TOOL_PARSER_REQUEST_TYPES: &[&str] = &["chat_completions", "responses", "other"];
 /// `vllm:watermark_requests` `status` values.
 pub const WATERMARK_STATUSES: &[&str] = &["watermarked", "skipped", "not_watermarked"];
+/// The gauges LMCache 0.5.6's `PrometheusLogger` creates with a child (so
+/// writes) when a worker starts, with their multiprocess modes: health,
+/// periodic threads, connector and storage queues, chunk statistics
+/// (`tests/data/lmcache-0.5.6-prometheus-logger.json`).
+pub const LMCACHE_STARTUP_GAUGES: &[(&str, GaugeMode)] = &[
+    (
+        "lmcache:chunk_statistics_bloom_filter_fill_rate",
+        GaugeMode::LiveMostRecent,
+    ),
+    (
+        "lmcache:chunk_statistics_bloom_filter_size_mb",
+        GaugeMode::LiveMostRecent,
+    ),
+    (
+        "lmcache:chunk_statistics_current_file_size",
+        GaugeMode::LiveMostRecent,
+    ),
+    (
+        "lmcache:chunk_statistics_enabled",
+        GaugeMode::LiveMostRecent,
+    ),
+    (
+        "lmcache:chunk_statistics_file_count",
+        GaugeMode::LiveMostRecent,
+    ),
+    (
+        "lmcache:chunk_statistics_reuse_rate",
+        GaugeMode::LiveMostRecent,
+    ),
+    (
+        "lmcache:chunk_statistics_total_chunks",
+        GaugeMode::LiveMostRecent,
+    ),
+    (
+        "lmcache:chunk_statistics_total_requests",
+        GaugeMode::LiveMostRecent,
+    ),
+    (
+        "lmcache:chunk_statistics_unique_chunks",
+        GaugeMode::LiveMostRecent,
+    ),
+    (
+        "lmcache:connector_invalid_block_ids_count",
+        GaugeMode::LiveMostRecent,
+    ),
+    (
+        "lmcache:connector_kv_caches_count",
+        GaugeMode::LiveMostRecent,
+    ),
+    (
+        "lmcache:connector_layerwise_retrievers_count",
+        GaugeMode::LiveMostRecent,
+    ),
+    (
+        "lmcache:connector_load_specs_count",
+        GaugeMode::LiveMostRecent,
+    ),
+    (
+        "lmcache:connector_request_trackers_count",
+        GaugeMode::LiveMostRecent,
+    ),
+    (
+        "lmcache:connector_requests_priority_count",
+        GaugeMode::LiveMostRecent,
+    ),
+    (
+        "lmcache:get_blocking_failed_count",
+        GaugeMode::LiveMostRecent,
+    ),
+    ("lmcache:kv_msg_queue_size", GaugeMode::LiveMostRecent),
+    ("lmcache:lmcache_is_healthy", GaugeMode::LiveMostRecent),
+    (
+        "lmcache:local_cpu_hot_cache_count",
+        GaugeMode::LiveMostRecent,
+    ),
+    (
+        "lmcache:local_cpu_keys_in_request_count",
+        GaugeMode::LiveMostRecent,
+    ),
+    (
+        "lmcache:periodic_threads_active_count",
+        GaugeMode::LiveMostRecent,
+    ),
+    (
+        "lmcache:periodic_threads_critical_active",
+        GaugeMode::LiveMostRecent,
+    ),
+    (
+        "lmcache:periodic_threads_critical_running",
+        GaugeMode::LiveMostRecent,
+    ),
+    (
+        "lmcache:periodic_threads_critical_total",
+        GaugeMode::LiveMostRecent,
+    ),
+    (
+        "lmcache:periodic_threads_high_active",
+        GaugeMode::LiveMostRecent,
+    ),
+    (
+        "lmcache:periodic_threads_high_running",
+        GaugeMode::LiveMostRecent,
+    ),
+    (
+        "lmcache:periodic_threads_high_total",
+        GaugeMode::LiveMostRecent,
+    ),
+    (
+        "lmcache:periodic_threads_low_active",
+        GaugeMode::LiveMostRecent,
+    ),
+    (
+        "lmcache:periodic_threads_low_running",
+        GaugeMode::LiveMostRecent,
+    ),
+    (
+        "lmcache:periodic_threads_low_total",
+        GaugeMode::LiveMostRecent,
+    ),
+    (
+        "lmcache:periodic_threads_medium_active",
+        GaugeMode::LiveMostRecent,
+    ),
+    (
+        "lmcache:periodic_threads_medium_running",
+        GaugeMode::LiveMostRecent,
+    ),
+    (
+        "lmcache:periodic_threads_medium_total",
+        GaugeMode::LiveMostRecent,
+    ),
+    (
+        "lmcache:periodic_threads_running_count",
+        GaugeMode::LiveMostRecent,
+    ),
+    (
+        "lmcache:periodic_threads_total_count",
+        GaugeMode::LiveMostRecent,
+    ),
+    (
+        "lmcache:pin_monitor_pinned_objects_count",
+        GaugeMode::LiveMostRecent,
+    ),
+    ("lmcache:put_failed_count", GaugeMode::LiveMostRecent),
+    ("lmcache:remote_put_task_num", GaugeMode::LiveMostRecent),
+    (
+        "lmcache:scheduler_unfinished_requests_count",
+        GaugeMode::LiveMostRecent,
+    ),
+    ("lmcache:storage_events_done_count", GaugeMode::Sum),
+    ("lmcache:storage_events_not_found_count", GaugeMode::Sum),
+    ("lmcache:storage_events_ongoing_count", GaugeMode::Sum),
+];
 /// `iteration_tokens`.
 pub const ITERATION_TOKENS_BUCKETS: &[f64] = &[
     1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0,
@@ -185,6 +338,48 @@ pub(super) fn nixl_bytes_buckets() -> Vec<f64> {
 /// checks the demo against); the others are vLLM's frontend,
 /// prometheus-fastapi-instrumentator's and LMCache's texts.
 pub const HELP: &[(&str, &str)] = &[
+    ("lmcache:chunk_statistics_bloom_filter_fill_rate", "Bloom Filter fill rate (0.0 to 1.0)"),
+    ("lmcache:chunk_statistics_bloom_filter_size_mb", "Bloom Filter memory usage in MB"),
+    ("lmcache:chunk_statistics_current_file_size", "Current file size in bytes for file_hash strategy"),
+    ("lmcache:chunk_statistics_enabled", "Whether chunk statistics collection is enabled"),
+    ("lmcache:chunk_statistics_file_count", "Number of files created for file_hash strategy"),
+    ("lmcache:chunk_statistics_reuse_rate", "Chunk reuse rate (0.0 to 1.0)"),
+    ("lmcache:chunk_statistics_total_chunks", "Total number of chunks processed"),
+    ("lmcache:chunk_statistics_total_requests", "Total number of requests processed by chunk statistics"),
+    ("lmcache:chunk_statistics_unique_chunks", "Number of unique chunks (estimated)"),
+    ("lmcache:connector_invalid_block_ids_count", "The count of connector invalid block ids count"),
+    ("lmcache:connector_kv_caches_count", "The count of connector kv caches count"),
+    ("lmcache:connector_layerwise_retrievers_count", "The count of connector layerwise retrievers count"),
+    ("lmcache:connector_load_specs_count", "The count of connector load specs count"),
+    ("lmcache:connector_request_trackers_count", "The count of connector request trackers count"),
+    ("lmcache:connector_requests_priority_count", "The count of connector requests priority count"),
+    ("lmcache:get_blocking_failed_count", "The number of get blocking failed"),
+    ("lmcache:kv_msg_queue_size", "The size of the KV message queue in BatchedMessageSender"),
+    ("lmcache:lmcache_is_healthy", "The health status of LMCache (1=healthy, 0=unhealthy)"),
+    ("lmcache:local_cpu_hot_cache_count", "The size of the hot_cache"),
+    ("lmcache:local_cpu_keys_in_request_count", "The size of the keys_in_request"),
+    ("lmcache:periodic_threads_active_count", "Number of active periodic threads (recently executed)"),
+    ("lmcache:periodic_threads_critical_active", "Number of active critical level periodic threads"),
+    ("lmcache:periodic_threads_critical_running", "Number of running critical level periodic threads"),
+    ("lmcache:periodic_threads_critical_total", "Total number of critical level periodic threads"),
+    ("lmcache:periodic_threads_high_active", "Number of active high level periodic threads"),
+    ("lmcache:periodic_threads_high_running", "Number of running high level periodic threads"),
+    ("lmcache:periodic_threads_high_total", "Total number of high level periodic threads"),
+    ("lmcache:periodic_threads_low_active", "Number of active low level periodic threads"),
+    ("lmcache:periodic_threads_low_running", "Number of running low level periodic threads"),
+    ("lmcache:periodic_threads_low_total", "Total number of low level periodic threads"),
+    ("lmcache:periodic_threads_medium_active", "Number of active medium level periodic threads"),
+    ("lmcache:periodic_threads_medium_running", "Number of running medium level periodic threads"),
+    ("lmcache:periodic_threads_medium_total", "Total number of medium level periodic threads"),
+    ("lmcache:periodic_threads_running_count", "Number of running periodic threads"),
+    ("lmcache:periodic_threads_total_count", "Total number of registered periodic threads"),
+    ("lmcache:pin_monitor_pinned_objects_count", "The number of pinned objects in PinMonitor"),
+    ("lmcache:put_failed_count", "The number of put failed"),
+    ("lmcache:remote_put_task_num", "The number of remote put tasks"),
+    ("lmcache:scheduler_unfinished_requests_count", "The count of scheduler unfinished requests count"),
+    ("lmcache:storage_events_done_count", "The number of done events"),
+    ("lmcache:storage_events_not_found_count", "The number of not found events"),
+    ("lmcache:storage_events_ongoing_count", "The number of ongoing events"),
     ("vllm:corrupted_requests", "Corrupted requests, in terms of total number of requests with NaNs in logits."),
     ("vllm:watermark_requests", "Finished requests by watermark status (only with watermark_config)."),
     ("vllm:tool_call_parser_invocations", "Total number of ToolParser invocations. Non-streaming increments once per choice; streaming increments once per delta."),

@@ -148,7 +148,7 @@ impl Demo {
         next_pid += 3 + cfg.engines as u64;
         let mut workers = Vec::with_capacity(cfg.workers);
         for i in 0..cfg.workers {
-            workers.push(Worker::new(&cfg, i, next_pid)?);
+            workers.push(Worker::new(&cfg, i, next_pid, now)?);
             next_pid += 2;
         }
         let engines = (0..cfg.engines)
@@ -204,7 +204,7 @@ impl Demo {
     pub fn step_at(&mut self, now: f64) -> io::Result<()> {
         self.ticks += 1;
         let dt = self.cfg.tick.as_secs_f64().clamp(1e-3, 3600.0);
-        self.maybe_restart_workers()?;
+        self.maybe_restart_workers(now)?;
         let mut total_admitted = 0.0;
         for e in 0..self.engines.len() {
             total_admitted += self.step_engine(e, now, dt)?;
@@ -217,7 +217,7 @@ impl Demo {
         Ok(())
     }
 
-    fn maybe_restart_workers(&mut self) -> io::Result<()> {
+    fn maybe_restart_workers(&mut self, now: f64) -> io::Result<()> {
         if self.cfg.worker_restart_ticks == 0 {
             return Ok(());
         }
@@ -230,7 +230,7 @@ impl Demo {
                 mark_process_dead(&self.cfg.dir, &old_pid)?;
                 self.next_pid += 1 + self.rng.below(40) as u64;
                 let id = self.workers[i].id;
-                self.workers[i] = Worker::new(&self.cfg, id, self.next_pid)?;
+                self.workers[i] = Worker::new(&self.cfg, id, self.next_pid, now)?;
             }
         }
         Ok(())

@@ -41,7 +41,9 @@ pub(super) const LMCACHE_CPU_CAPACITY: f64 = 20e9;
 pub(super) const KV_BYTES_PER_TOKEN: f64 = 131_072.0;
 
 impl Worker {
-    pub(super) fn new(cfg: &DemoConfig, id: usize, pid: u64) -> io::Result<Worker> {
+    /// A worker that starts at `now` (UNIX seconds; the timestamp of its
+    /// first gauge values).
+    pub(super) fn new(cfg: &DemoConfig, id: usize, pid: u64, now: f64) -> io::Result<Worker> {
         let mut w = ProcessWriter::new(&cfg.dir, pid);
         let wid = id.to_string();
         let labels: [(&str, &str); 4] = [
@@ -135,6 +137,17 @@ impl Worker {
             help("lmcache:pinned_memory_objs_count"),
             GaugeMode::Sum,
         )?;
+        // The gauges LMCache creates at start-up, as its periodic collector
+        // first sets them: healthy, nothing queued, chunk statistics off.
+        for &(name, mode) in LMCACHE_STARTUP_GAUGES {
+            let gauge = w.gauge(name, help(name), l, mode)?;
+            let value = if name == "lmcache:lmcache_is_healthy" {
+                1.0
+            } else {
+                0.0
+            };
+            gauge.set_at(&mut w, value, now)?;
+        }
         let mut h = |name: &str, help: &str, b: &[f64]| w.histogram(name, help, l, b);
         let time_to_retrieve = h(
             "lmcache:time_to_retrieve",

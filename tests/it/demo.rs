@@ -171,10 +171,10 @@ fn compare_with(
 /// Regression: the demo wrote 15 of vLLM's help texts differently from vLLM
 /// 0.33.0 (for example "Bandwidth" where vLLM says "Flops"), an old 16-label
 /// `vllm:cache_config_info`, and left out families every vLLM writes at
-/// start-up (`vllm:mm_cache_queries`, `vllm:mm_cache_hits`, ...). The
+/// start-up (`vllm:mm_cache_queries`, `vllm:mm_cache_hits`, 42 of LMCache's
+/// gauges, ...). The
 /// references are extracted from vLLM 0.33.0's and LMCache 0.5.6's own code
-/// by `scripts/vllm-catalogue.py`. LMCache's families are compared where the
-/// demo has them (it writes 25 of the 42 LMCache writes at start-up).
+/// by `scripts/vllm-catalogue.py`.
 #[test]
 fn the_demo_writes_vllm_0_33_0s_own_definitions() {
     let Some(python) = python() else { return };
@@ -204,5 +204,4 @@ fn the_demo_writes_vllm_0_33_0s_own_definitions() {
         &mut problems,
     );
     assert!(problems.is_empty(), "{}", problems.join("\n"));
-    assert!(written.keys().filter(|n| n.starts_with("lmcache:")).count() >= 25);
 }
