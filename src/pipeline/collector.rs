@@ -132,6 +132,7 @@ impl Collector {
         let read = self.reader.read(inputs, &mut self.store);
         let merge_inputs: Vec<MergeInput<'_>> = read.files.iter().map(|f| f.merge).collect();
         let merged = self.plans.merge(&mut self.store, &merge_inputs);
+        let merged_replanned = merged.replanned;
         let mut problems = read.problems;
         for (i, error) in merged.excluded {
             let file = &read.files[i];
@@ -144,7 +145,7 @@ impl Collector {
             ));
         }
         problems.sort_by_key(|(position, _)| *position);
-        self.trim = read.stats.files_forgotten > 0;
+        self.trim = read.stats.files_forgotten > 0 || merged_replanned;
         let store_bytes = self.store.approx_bytes();
         match self.fresh_store_bytes {
             None => self.fresh_store_bytes = Some(store_bytes),

@@ -262,9 +262,15 @@ fn five_hundred_thousand_series_are_served_inside_a_512_mib_cgroup() {
     let reply = exporter.get("/metrics");
     assert_eq!(reply.status, 200);
     assert!(reply.body == expected, "the body differs from dump's");
+    let first = rss_anon(exporter.pid());
+    // Steady state: a few more scrapes of the unchanged directory.
+    for _ in 0..3 {
+        assert_eq!(exporter.get("/metrics").status, 200);
+    }
     let steady = rss_anon(exporter.pid());
     eprintln!(
-        "500k series: heap resident after a scrape {} MiB ({} B/series)",
+        "500k series: heap resident {} MiB after the first scrape, {} MiB ({} B/series) steady",
+        first >> 20,
         steady >> 20,
         steady / SERIES as u64
     );
@@ -292,9 +298,9 @@ fn five_hundred_thousand_series_are_served_inside_a_512_mib_cgroup() {
         cgroup.peak() >> 20
     );
     // Steady heap per series: the key store, plans and values (about 320
-    // bytes live) plus the allocator's slack.
+    // bytes live) plus the allocator's slack; the issue asks for about 400.
     assert!(
-        steady / (SERIES as u64) < 560,
+        steady / (SERIES as u64) < 480,
         "{} bytes per series",
         steady / SERIES as u64
     );
