@@ -7,8 +7,9 @@ into the directory given (``tests/data``). The first has one entry per family th
 2 engines, speculative decoding (3 tokens), a ``MultiConnector`` of NIXL and
 CPU offloading, LoRA, watermarking and NaN counting (after
 ``log_engine_initialized``, which writes the cache configuration), plus the
-API server's own families (websockets, the tool-call parser, sleep mode and
-RL weight updates): name, type, help, label names, histogram bounds, gauge
+API server's own families (websockets, the tool-call parser, sleep mode, RL
+weight updates, and prometheus-fastapi-instrumentator's HTTP metrics after
+one request): name, type, help, label names, histogram bounds, gauge
 multiprocess mode, and whether the family is written to the multiprocess
 directory right away (it has a child at start-up). For
 ``vllm:cache_config_info`` the label values of a default ``CacheConfig`` are
@@ -23,9 +24,9 @@ It needs vLLM itself, which is not a test dependency (about 8 GB with torch)::
 
 No GPU is needed: the logger is given a stand-in for ``VllmConfig`` holding only
 the settings it reads (unknown ones read as ``None``), and a real
-``KVTransferConfig`` and ``CacheConfig``. Not extracted yet: the HTTP
-instrumentator's families (prometheus-fastapi-instrumentator's, in their own
-registry) and the tiering offload manager's.
+``KVTransferConfig`` and ``CacheConfig``. Not extracted yet: the tiering
+offload manager's families and those written only after traffic (offloading,
+sleep and wake, weight updates, LoRA).
 """
 import json
 import os
@@ -92,6 +93,7 @@ def main(out_dir):
     sleep_mode_operation_metrics()
     weight_operation_metrics()
     init_parser_metrics(model_name=MODEL)
+    http_registry = instrumented_request()
 
     # LMCache's logger, for one worker of the same model.
     import torch
@@ -107,10 +109,13 @@ def main(out_dir):
     MultiProcessCollector(registry, path=os.environ["PROMETHEUS_MULTIPROC_DIR"])
     written = {family.name for family in registry.collect()}
     families = {"vllm": [], "lmcache": []}
-    for collector in REGISTRY._collector_to_names:
+    collectors = list(REGISTRY._collector_to_names) + list(http_registry._collector_to_names)
+    for collector in collectors:
         if not hasattr(collector, "_name"):
             continue
         prefix = collector._name.split(":", 1)[0]
+        if prefix.startswith("http_"):
+            prefix = "vllm"  # the API server's HTTP metrics
         if prefix not in families:
             continue
         entry = {"name": collector._name, "type": collector._type, "help": collector._documentation,
@@ -130,6 +135,33 @@ def main(out_dir):
             out.write("\n")
         print(f"{file_name}: {len(entries)} families, {sum(e['written'] for e in entries)} written",
               file=sys.stderr)
+
+
+def instrumented_request():
+    """The API server's prometheus-fastapi-instrumentator metrics, as vLLM
+    attaches them, after one request (they are created lazily); returns the
+    registry vLLM made for them."""
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+    import vllm.entrypoints.serve.instrumentator.metrics as instrumentator
+
+    made = []
+    make_registry = instrumentator.get_prometheus_registry
+
+    def remember():
+        made.append(make_registry())
+        return made[-1]
+
+    instrumentator.get_prometheus_registry = remember
+    app = FastAPI()
+
+    @app.post("/v1/chat/completions")
+    def chat_completions():
+        return {}
+
+    instrumentator.attach_router(app)
+    TestClient(app).post("/v1/chat/completions", json={})
+    return made[0]
 
 
 def lmcache_version():
