@@ -198,9 +198,12 @@ impl Reader {
         stats.files_listed = paths.len();
         self.collections += 1;
         self.files_bytes = 0;
+        let budgeted = self.budget.is_some();
         for cached in self.files.values_mut() {
             cached.seen = false;
-            self.files_bytes += cached.heap_bytes();
+            if budgeted {
+                self.files_bytes += cached.heap_bytes();
+            }
         }
 
         // Read every listed file: unchanged mapped files only have their
@@ -505,6 +508,7 @@ impl Reader {
                 self.files_bytes = self.files_bytes.saturating_sub(old.heap_bytes());
             }
         }
+        let over_budget = self.over_budget_reason();
         let cached = self
             .files
             .get_mut(path.as_os_str())
@@ -528,16 +532,19 @@ impl Reader {
             // record at `pos` does not fit in it.
             if stalled || pos < window.0 || pos >= window.0 + window.1 {
                 let mut len = READ_CHUNK.min(used - pos);
-                let header = read_window(&file, &mut self.buffer, pos, 4.min(used - pos))?;
-                if header == 4 {
-                    let field = [
-                        self.buffer[0],
-                        self.buffer[1],
-                        self.buffer[2],
-                        self.buffer[3],
-                    ];
-                    if let Some(record) = record_len(field) {
-                        len = len.max(record.min(used - pos));
+                if stalled {
+                    // The record at `pos` is larger than a chunk: a window
+                    // of its own length (its length field read first).
+                    if read_window(&file, &mut self.buffer, pos, 4.min(used - pos))? == 4 {
+                        let field = [
+                            self.buffer[0],
+                            self.buffer[1],
+                            self.buffer[2],
+                            self.buffer[3],
+                        ];
+                        if let Some(record) = record_len(field) {
+                            len = len.max(record.min(used - pos));
+                        }
                     }
                 }
                 let held = new_keys.len() * RECORD_BYTES + len;
@@ -547,17 +554,17 @@ impl Reader {
                     store,
                     self.files_bytes + held,
                 ) {
-                    failure = Some(None);
+                    failure = Some(over_budget.clone());
                     break;
                 }
                 let n = read_window(&file, &mut self.buffer, pos, len)?;
                 read_bytes += n;
                 if n < len {
                     // Truncated while it was read.
-                    failure = Some(Some(SkipReason::Layout(LayoutError::UsedBeyondFile {
+                    failure = Some(SkipReason::Layout(LayoutError::UsedBeyondFile {
                         used,
                         len: pos + n,
-                    })));
+                    }));
                     break;
                 }
                 window = (pos, n);
@@ -573,7 +580,7 @@ impl Reader {
                         new_values.push(read_value(data, location.value_offset - window.0));
                     }
                     Err(e) => {
-                        failure = Some(Some(SkipReason::Key(e)));
+                        failure = Some(SkipReason::Key(e));
                         break;
                     }
                 }
@@ -581,18 +588,18 @@ impl Reader {
             match scanned {
                 _ if failure.is_some() => break,
                 Err(e) => {
-                    failure = Some(Some(SkipReason::Layout(e)));
+                    failure = Some(SkipReason::Layout(e));
                     break;
                 }
                 Ok(stop) => {
                     if stalled && stop == pos {
                         // A fresh window holds the whole record yet nothing
                         // was scanned: cannot happen; never loop on it.
-                        failure = Some(Some(SkipReason::Layout(LayoutError::RecordPastUsed {
+                        failure = Some(SkipReason::Layout(LayoutError::RecordPastUsed {
                             offset: pos,
                             len: 0,
                             used,
-                        })));
+                        }));
                         break;
                     }
                     stalled = stop == pos;
@@ -605,8 +612,10 @@ impl Reader {
         // a file repaired in place (or whose record bytes became visible
         // after its `used`, on a weakly ordered CPU) is read again.
         match failure {
-            Some(Some(reason)) => return Err(reason),
-            Some(None) => return Err(self.skip_over_budget(path, identity)),
+            Some(SkipReason::OverMemoryBudget { .. }) => {
+                return Err(self.skip_over_budget(path, identity))
+            }
+            Some(reason) => return Err(reason),
             None => {}
         }
         let before = cached.heap_bytes();

@@ -13,7 +13,6 @@ use std::fs::File;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use multiproc_exporter::source::budget::{memory_cgroup_dirs, CgroupVersion};
@@ -390,7 +389,7 @@ fn memory_returns_to_its_steady_level_after_writer_churn() {
 
     let stop = AtomicBool::new(false);
     let scrapes = AtomicUsize::new(0);
-    let failures = Arc::new(AtomicUsize::new(0));
+    let failures = AtomicUsize::new(0);
     let (mut next, mut oldest) = (first + LIVE, first);
     std::thread::scope(|scope| {
         scope.spawn(|| {
@@ -432,7 +431,7 @@ fn memory_returns_to_its_steady_level_after_writer_churn() {
         "{churned} writers"
     );
     assert!(
-        after <= steady + (6 << 20),
+        after <= steady + (8 << 20),
         "resident heap grew from {} KiB to {} KiB",
         steady >> 10,
         after >> 10
