@@ -30,31 +30,79 @@ pub(crate) const LIVE_PID_BASE: u64 = 10_000;
 /// First pid of the dead processes.
 pub(crate) const DEAD_PID_BASE: u64 = 100_000;
 
-/// vLLM's bucket sets (`vllm/v1/metrics/buckets.py`), shared with the demo.
-use multiproc_exporter::demo::help;
-use multiproc_exporter::demo::{
-    ITERATION_TOKENS_BUCKETS as ITERATION_TOKENS, ITL_BUCKETS as ITL,
-    NUM_PREEMPTIONS_BUCKETS as NUM_PREEMPTIONS, PARAMS_N_BUCKETS as PARAMS_N,
-    REQUEST_LATENCY_BUCKETS as REQUEST_LATENCY, TTFT_BUCKETS as TTFT,
-};
-/// `request_tokens`: `build_1_2_5_buckets(8192)`.
-const REQUEST_TOKENS: &[f64] = &[
-    1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0,
-];
-/// Instrumentator `http_request_duration_highr_seconds`.
-const HTTP_HIGHR: &[f64] = &[
-    0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0,
-    7.5, 10.0, 30.0, 60.0,
-];
-/// Instrumentator `http_request_duration_seconds`.
-const HTTP_LOWR: &[f64] = &[0.1, 0.5, 1.0];
+use multiproc_exporter::demo::{family, FamilyDef, FamilyType};
 
+/// The families every live process writes, in creation order: vLLM 0.33.0's
+/// `PrometheusStatLogger` for one engine without speculative decoding, KV
+/// connectors or LoRA, then prometheus-fastapi-instrumentator's HTTP
+/// families. Their definitions (type, help, label names, bounds) come from
+/// the demo's catalogue, extracted from vLLM's own code.
+const FAMILIES: [&str; 42] = [
+    "vllm:request_prompt_tokens",
+    "vllm:request_generation_tokens",
+    "vllm:iteration_tokens_total",
+    "vllm:request_max_num_generation_tokens",
+    "vllm:request_params_n",
+    "vllm:request_params_max_tokens",
+    "vllm:time_to_first_token_seconds",
+    "vllm:inter_token_latency_seconds",
+    "vllm:request_time_per_output_token_seconds",
+    "vllm:e2e_request_latency_seconds",
+    "vllm:request_queue_time_seconds",
+    "vllm:request_inference_time_seconds",
+    "vllm:request_prefill_time_seconds",
+    "vllm:request_decode_time_seconds",
+    "vllm:request_num_preemptions",
+    "vllm:request_prefill_kv_computed_tokens",
+    "vllm:prefix_cache_queries",
+    "vllm:prefix_cache_hits",
+    "vllm:external_prefix_cache_queries",
+    "vllm:external_prefix_cache_hits",
+    "vllm:mm_cache_queries",
+    "vllm:mm_cache_hits",
+    "vllm:num_preemptions",
+    "vllm:prompt_tokens",
+    "vllm:generation_tokens",
+    "vllm:prompt_tokens_cached",
+    "vllm:prompt_tokens_by_source",
+    "vllm:prompt_tokens_cached_by_source",
+    "vllm:request_success",
+    "vllm:admission_rejections",
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:num_requests_waiting_by_reason",
+    "vllm:num_requests_kv_fetch_by_stage",
+    "vllm:engine_sleep_state",
+    "vllm:kv_cache_usage_perc",
+    "vllm:cache_config_info",
+    "http_requests",
+    "http_request_size_bytes",
+    "http_response_size_bytes",
+    "http_request_duration_highr_seconds",
+    "http_request_duration_seconds",
+];
+
+/// The instrumentator's `handler` values.
 const HANDLERS: [&str; 4] = [
     "/v1/chat/completions",
     "/v1/completions",
     "/v1/models",
     "/tokenize",
 ];
+
+/// The values of `label` in the fixture's children: one model, one engine,
+/// four handlers, POST answered 2xx or 4xx, and the catalogue's values for
+/// the rest (finish reasons, sources, cache configuration, ...).
+fn label_values(def: &'static FamilyDef, label: &'static str) -> Vec<&'static str> {
+    match label {
+        "model_name" => vec![MODEL],
+        "engine" => vec!["0"],
+        "handler" => HANDLERS.to_vec(),
+        "method" => vec!["POST"],
+        "status" => vec!["2xx", "4xx"],
+        _ => def.values_of(label),
+    }
+}
 
 /// The kind of a catalogue entry (which file its records go to).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,318 +155,43 @@ pub(crate) struct MetricDef {
     pub(crate) buckets: &'static [f64],
 }
 
-fn vllm(kind: Kind, name: &'static str, help: &'static str) -> MetricDef {
-    MetricDef {
-        kind,
-        name,
-        help,
-        label_names: vec!["model_name", "engine"],
-        children: vec![vec![MODEL.to_owned(), "0".to_owned()]],
-        buckets: &[],
-    }
-}
-
-fn vllm_by(
-    kind: Kind,
-    name: &'static str,
-    help: &'static str,
-    label: &'static str,
-    values: &[&str],
-) -> MetricDef {
-    MetricDef {
-        kind,
-        name,
-        help,
-        label_names: vec!["model_name", "engine", label],
-        children: values
-            .iter()
-            .map(|v| vec![MODEL.to_owned(), "0".to_owned(), (*v).to_owned()])
-            .collect(),
-        buckets: &[],
-    }
-}
-
-fn histogram(name: &'static str, help: &'static str, buckets: &'static [f64]) -> MetricDef {
-    MetricDef {
-        buckets,
-        ..vllm(Kind::Histogram, name, help)
-    }
-}
-
-/// The per-process metric catalogue (vLLM 0.33 core metrics, instrumentator HTTP metrics).
+/// The per-process metric catalogue: [`FAMILIES`] with every combination of
+/// their [`label_values`] as children.
 pub(crate) fn catalogue() -> Vec<MetricDef> {
-    use Kind::{Counter, Gauge};
-    let mut defs = vec![
-        // Histograms: 16 × (buckets + `+Inf` + `_sum`).
-        histogram(
-            "vllm:request_prompt_tokens",
-            help("vllm:request_prompt_tokens"),
-            REQUEST_TOKENS,
-        ),
-        histogram(
-            "vllm:request_generation_tokens",
-            help("vllm:request_generation_tokens"),
-            REQUEST_TOKENS,
-        ),
-        histogram(
-            "vllm:iteration_tokens_total",
-            help("vllm:iteration_tokens_total"),
-            ITERATION_TOKENS,
-        ),
-        histogram(
-            "vllm:request_max_num_generation_tokens",
-            help("vllm:request_max_num_generation_tokens"),
-            REQUEST_TOKENS,
-        ),
-        histogram(
-            "vllm:request_params_n",
-            help("vllm:request_params_n"),
-            PARAMS_N,
-        ),
-        histogram(
-            "vllm:request_params_max_tokens",
-            help("vllm:request_params_max_tokens"),
-            REQUEST_TOKENS,
-        ),
-        histogram(
-            "vllm:time_to_first_token_seconds",
-            help("vllm:time_to_first_token_seconds"),
-            TTFT,
-        ),
-        histogram(
-            "vllm:inter_token_latency_seconds",
-            help("vllm:inter_token_latency_seconds"),
-            ITL,
-        ),
-        histogram(
-            "vllm:request_time_per_output_token_seconds",
-            help("vllm:request_time_per_output_token_seconds"),
-            ITL,
-        ),
-        histogram(
-            "vllm:e2e_request_latency_seconds",
-            help("vllm:e2e_request_latency_seconds"),
-            REQUEST_LATENCY,
-        ),
-        histogram(
-            "vllm:request_queue_time_seconds",
-            help("vllm:request_queue_time_seconds"),
-            REQUEST_LATENCY,
-        ),
-        histogram(
-            "vllm:request_inference_time_seconds",
-            help("vllm:request_inference_time_seconds"),
-            REQUEST_LATENCY,
-        ),
-        histogram(
-            "vllm:request_prefill_time_seconds",
-            help("vllm:request_prefill_time_seconds"),
-            REQUEST_LATENCY,
-        ),
-        histogram(
-            "vllm:request_decode_time_seconds",
-            help("vllm:request_decode_time_seconds"),
-            REQUEST_LATENCY,
-        ),
-        histogram(
-            "vllm:request_num_preemptions",
-            help("vllm:request_num_preemptions"),
-            NUM_PREEMPTIONS,
-        ),
-        histogram(
-            "vllm:request_prefill_kv_computed_tokens",
-            help("vllm:request_prefill_kv_computed_tokens"),
-            REQUEST_TOKENS,
-        ),
-        // Counters.
-        vllm(
-            Counter,
-            "vllm:prefix_cache_queries",
-            help("vllm:prefix_cache_queries"),
-        ),
-        vllm(
-            Counter,
-            "vllm:prefix_cache_hits",
-            help("vllm:prefix_cache_hits"),
-        ),
-        vllm(
-            Counter,
-            "vllm:external_prefix_cache_queries",
-            help("vllm:external_prefix_cache_queries"),
-        ),
-        vllm(
-            Counter,
-            "vllm:external_prefix_cache_hits",
-            help("vllm:external_prefix_cache_hits"),
-        ),
-        vllm(
-            Counter,
-            "vllm:mm_cache_queries",
-            help("vllm:mm_cache_queries"),
-        ),
-        vllm(Counter, "vllm:mm_cache_hits", help("vllm:mm_cache_hits")),
-        vllm(
-            Counter,
-            "vllm:num_preemptions",
-            help("vllm:num_preemptions"),
-        ),
-        vllm(Counter, "vllm:prompt_tokens", help("vllm:prompt_tokens")),
-        vllm(
-            Counter,
-            "vllm:generation_tokens",
-            help("vllm:generation_tokens"),
-        ),
-        vllm(
-            Counter,
-            "vllm:prompt_tokens_cached",
-            help("vllm:prompt_tokens_cached"),
-        ),
-        vllm_by(
-            Counter,
-            "vllm:prompt_tokens_by_source",
-            help("vllm:prompt_tokens_by_source"),
-            "source",
-            &["local_compute", "local_cache_hit", "external_kv_transfer"],
-        ),
-        vllm_by(
-            Counter,
-            "vllm:prompt_tokens_cached_by_source",
-            help("vllm:prompt_tokens_cached_by_source"),
-            "source",
-            &["device", "host", "p2p", "disk", "external_unspecified"],
-        ),
-        vllm_by(
-            Counter,
-            "vllm:request_success",
-            help("vllm:request_success"),
-            "finished_reason",
-            &["stop", "length", "abort", "error", "repetition"],
-        ),
-        MetricDef {
-            kind: Counter,
-            name: "vllm:admission_rejections",
-            help: help("vllm:admission_rejections"),
-            label_names: vec!["model_name", "reason"],
-            children: ["max_num_queued_reqs", "max_num_queued_tokens"]
-                .iter()
-                .map(|r| vec![MODEL.to_owned(), (*r).to_owned()])
-                .collect(),
-            buckets: &[],
-        },
-        // `mostrecent` gauges.
-        vllm(
-            Gauge,
-            "vllm:num_requests_running",
-            help("vllm:num_requests_running"),
-        ),
-        vllm(
-            Gauge,
-            "vllm:num_requests_waiting",
-            help("vllm:num_requests_waiting"),
-        ),
-        vllm_by(
-            Gauge,
-            "vllm:num_requests_waiting_by_reason",
-            help("vllm:num_requests_waiting_by_reason"),
-            "reason",
-            &["capacity", "deferred"],
-        ),
-        vllm_by(
-            Gauge,
-            "vllm:num_requests_kv_fetch_by_stage",
-            help("vllm:num_requests_kv_fetch_by_stage"),
-            "stage",
-            &["waiting_to_start", "in_progress", "completed_waiting"],
-        ),
-        vllm_by(
-            Gauge,
-            "vllm:engine_sleep_state",
-            help("vllm:engine_sleep_state"),
-            "sleep_state",
-            &["awake", "weights_offloaded", "discard_all"],
-        ),
-        vllm(
-            Gauge,
-            "vllm:kv_cache_usage_perc",
-            help("vllm:kv_cache_usage_perc"),
-        ),
-        MetricDef {
-            kind: Gauge,
-            name: "vllm:cache_config_info",
-            help: help("vllm:cache_config_info"),
-            label_names: vec![
-                "block_size",
-                "cache_dtype",
-                "gpu_memory_utilization",
-                "enable_prefix_caching",
-                "engine",
-            ],
-            children: vec![["16", "auto", "0.9", "True", "0"]
-                .iter()
-                .map(|s| (*s).to_owned())
-                .collect()],
-            buckets: &[],
-        },
-    ];
-    // prometheus-fastapi-instrumentator 8.1.0 `metrics.default()`.
-    let mut requests = Vec::new();
-    for handler in HANDLERS {
-        for status in ["2xx", "4xx"] {
-            requests.push(vec![
-                handler.to_owned(),
-                "POST".to_owned(),
-                status.to_owned(),
-            ]);
-        }
-    }
-    let by_handler: Vec<Vec<String>> = HANDLERS.iter().map(|h| vec![(*h).to_owned()]).collect();
-    let by_handler_method: Vec<Vec<String>> = HANDLERS
+    FAMILIES
         .iter()
-        .map(|h| vec![(*h).to_owned(), "POST".to_owned()])
-        .collect();
-    defs.extend([
-        MetricDef {
-            kind: Kind::Counter,
-            name: "http_requests",
-            help: help("http_requests"),
-            label_names: vec!["handler", "method", "status"],
-            children: requests,
-            buckets: &[],
-        },
-        MetricDef {
-            kind: Kind::Summary,
-            name: "http_request_size_bytes",
-            help: help("http_request_size_bytes"),
-            label_names: vec!["handler"],
-            children: by_handler.clone(),
-            buckets: &[],
-        },
-        MetricDef {
-            kind: Kind::Summary,
-            name: "http_response_size_bytes",
-            help: help("http_response_size_bytes"),
-            label_names: vec!["handler"],
-            children: by_handler,
-            buckets: &[],
-        },
-        MetricDef {
-            kind: Kind::Histogram,
-            name: "http_request_duration_highr_seconds",
-            help: help("http_request_duration_highr_seconds"),
-            label_names: vec![],
-            children: vec![vec![]],
-            buckets: HTTP_HIGHR,
-        },
-        MetricDef {
-            kind: Kind::Histogram,
-            name: "http_request_duration_seconds",
-            help: help("http_request_duration_seconds"),
-            label_names: vec!["handler", "method"],
-            children: by_handler_method,
-            buckets: HTTP_LOWR,
-        },
-    ]);
-    defs
+        .map(|name| {
+            let def = family(name);
+            let label_names: Vec<&'static str> = def.labels.iter().map(String::as_str).collect();
+            let mut children: Vec<Vec<String>> = vec![Vec::new()];
+            for label in &label_names {
+                let values = label_values(def, label);
+                children = children
+                    .into_iter()
+                    .flat_map(|child| {
+                        values.iter().map(move |v| {
+                            let mut next = child.clone();
+                            next.push((*v).to_owned());
+                            next
+                        })
+                    })
+                    .collect();
+            }
+            MetricDef {
+                kind: match def.kind {
+                    FamilyType::Counter => Kind::Counter,
+                    FamilyType::Gauge => Kind::Gauge,
+                    FamilyType::Histogram => Kind::Histogram,
+                    FamilyType::Summary => Kind::Summary,
+                },
+                name: &def.name,
+                help: &def.help,
+                label_names,
+                children,
+                buckets: &def.buckets,
+            }
+        })
+        .collect()
 }
 
 /// How a record's value is generated.

@@ -25,26 +25,35 @@ impl Maker<'_> {
         &self,
         w: &mut ProcessWriter,
         name: &str,
-        help: &str,
         extra: &[(&str, &str)],
     ) -> io::Result<Vec<Counter>> {
         (0..self.engines)
-            .map(|e| w.counter(name, help, &self.labels(&e.to_string(), extra)))
+            .map(|e| w.known_counter(name, &self.labels(&e.to_string(), extra)))
             .collect()
     }
 
-    /// vLLM's `for value in values: for idx in engines: base.labels(model, idx, value)`.
+    /// vLLM's `for value in values: for idx in engines: base.labels(model, idx, value)`,
+    /// over the values `label` takes in the catalogue.
     pub(super) fn counters_by(
         &self,
         w: &mut ProcessWriter,
         name: &str,
-        help: &str,
+        label: &str,
+    ) -> io::Result<Vec<Vec<Counter>>> {
+        self.counters_for(w, name, label, &label_values(name, label))
+    }
+
+    /// [`Self::counters_by`] over given values (their order is the simulation's index).
+    pub(super) fn counters_for(
+        &self,
+        w: &mut ProcessWriter,
+        name: &str,
         label: &str,
         values: &[&str],
     ) -> io::Result<Vec<Vec<Counter>>> {
         values
             .iter()
-            .map(|v| self.counters(w, name, help, &[(label, v)]))
+            .map(|v| self.counters(w, name, &[(label, v)]))
             .collect()
     }
 
@@ -52,32 +61,23 @@ impl Maker<'_> {
         &self,
         w: &mut ProcessWriter,
         name: &str,
-        help: &str,
         extra: &[(&str, &str)],
     ) -> io::Result<Vec<Gauge>> {
         (0..self.engines)
-            .map(|e| {
-                w.gauge(
-                    name,
-                    help,
-                    &self.labels(&e.to_string(), extra),
-                    GaugeMode::MostRecent,
-                )
-            })
+            .map(|e| w.known_gauge(name, &self.labels(&e.to_string(), extra)))
             .collect()
     }
 
+    /// Like [`Self::counters_by`].
     pub(super) fn gauges_by(
         &self,
         w: &mut ProcessWriter,
         name: &str,
-        help: &str,
         label: &str,
-        values: &[&str],
     ) -> io::Result<Vec<Vec<Gauge>>> {
-        values
+        label_values(name, label)
             .iter()
-            .map(|v| self.gauges(w, name, help, &[(label, v)]))
+            .map(|v| self.gauges(w, name, &[(label, v)]))
             .collect()
     }
 
@@ -85,11 +85,19 @@ impl Maker<'_> {
         &self,
         w: &mut ProcessWriter,
         name: &str,
-        help: &str,
-        buckets: &[f64],
+    ) -> io::Result<Vec<Histogram>> {
+        self.histograms_with(w, name, buckets(name))
+    }
+
+    /// Histograms with other bounds than the catalogue's (`max_model_len`).
+    pub(super) fn histograms_with(
+        &self,
+        w: &mut ProcessWriter,
+        name: &str,
+        bounds: &[f64],
     ) -> io::Result<Vec<Histogram>> {
         (0..self.engines)
-            .map(|e| w.histogram(name, help, &self.labels(&e.to_string(), &[]), buckets))
+            .map(|e| w.known_histogram_with(name, &self.labels(&e.to_string(), &[]), bounds))
             .collect()
     }
 }
@@ -179,14 +187,18 @@ pub(super) struct HttpMetrics {
 }
 
 impl HttpMetrics {
+    /// The instrumentator's families (modelled here, not by `Traffic`).
+    pub(super) const FAMILIES: [&'static str; 5] = [
+        "http_request_duration_highr_seconds",
+        "http_requests",
+        "http_request_size_bytes",
+        "http_response_size_bytes",
+        "http_request_duration_seconds",
+    ];
+
     pub(super) fn new(w: &mut ProcessWriter) -> io::Result<HttpMetrics> {
         Ok(HttpMetrics {
-            highr: w.histogram(
-                "http_request_duration_highr_seconds",
-                help("http_request_duration_highr_seconds"),
-                &[],
-                HTTP_HIGHR_BUCKETS,
-            )?,
+            highr: w.known_histogram("http_request_duration_highr_seconds", &[])?,
             requests: Vec::new(),
             request_size: Vec::new(),
             response_size: Vec::new(),
@@ -208,9 +220,8 @@ impl HttpMetrics {
         let total = match self.requests.iter().find(|(k, _)| *k == key) {
             Some((_, c)) => *c,
             None => {
-                let c = w.counter(
+                let c = w.known_counter(
                     "http_requests_total",
-                    help("http_requests"),
                     &[("method", method), ("status", status), ("handler", handler)],
                 )?;
                 self.requests.push((key, c));
@@ -221,11 +232,7 @@ impl HttpMetrics {
         let in_size = match self.request_size.iter().find(|(h, _)| *h == handler) {
             Some((_, s)) => *s,
             None => {
-                let s = w.summary(
-                    "http_request_size_bytes",
-                    help("http_request_size_bytes"),
-                    &[("handler", handler)],
-                )?;
+                let s = w.known_summary("http_request_size_bytes", &[("handler", handler)])?;
                 self.request_size.push((handler, s));
                 s
             }
@@ -234,11 +241,7 @@ impl HttpMetrics {
         let out_size = match self.response_size.iter().find(|(h, _)| *h == handler) {
             Some((_, s)) => *s,
             None => {
-                let s = w.summary(
-                    "http_response_size_bytes",
-                    help("http_response_size_bytes"),
-                    &[("handler", handler)],
-                )?;
+                let s = w.known_summary("http_response_size_bytes", &[("handler", handler)])?;
                 self.response_size.push((handler, s));
                 s
             }
@@ -249,11 +252,9 @@ impl HttpMetrics {
         let idx = match self.lowr.iter().position(|(k, _)| *k == lkey) {
             Some(i) => i,
             None => {
-                let h = w.histogram(
+                let h = w.known_histogram(
                     "http_request_duration_seconds",
-                    help("http_request_duration_seconds"),
                     &[("method", method), ("handler", handler)],
-                    HTTP_LOWR_BUCKETS,
                 )?;
                 self.lowr.push((lkey, h));
                 self.lowr.len() - 1
@@ -270,6 +271,8 @@ pub(super) struct ApiServer {
     pub(super) ws_active: Gauge,
     pub(super) ws_total: Counter,
     pub(super) ws_duration: Histogram,
+    /// Offloading, LoRA, sleep-mode and weight-update families.
+    pub(super) traffic: Traffic,
 }
 
 impl ApiServer {
@@ -277,30 +280,16 @@ impl ApiServer {
         let mut w = ProcessWriter::new(&cfg.dir, pid);
         // Module-level metrics created at import time
         // (vllm/entrypoints/speech_to_text/realtime/metrics.py).
-        let ws_active = w.gauge(
-            "vllm:websocket_connections_active",
-            help("vllm:websocket_connections_active"),
-            &[],
-            GaugeMode::LiveSum,
-        )?;
-        let ws_total = w.counter(
-            "vllm:websocket_connections_total",
-            help("vllm:websocket_connections_total"),
-            &[],
-        )?;
-        let ws_duration = w.histogram(
-            "vllm:websocket_connection_duration_seconds",
-            help("vllm:websocket_connection_duration_seconds"),
-            &[],
-            WEBSOCKET_DURATION_BUCKETS,
-        )?;
+        let ws_active = w.known_gauge("vllm:websocket_connections_active", &[])?;
+        let ws_total = w.known_counter("vllm:websocket_connections_total", &[])?;
+        let ws_duration = w.known_histogram("vllm:websocket_connection_duration_seconds", &[])?;
         // init_parser_metrics(): every (mode, outcome, request type) child.
-        for mode in TOOL_PARSER_MODES {
-            for outcome in TOOL_PARSER_OUTCOMES {
-                for request_type in TOOL_PARSER_REQUEST_TYPES {
-                    w.counter(
-                        "vllm:tool_call_parser_invocations_total",
-                        help("vllm:tool_call_parser_invocations"),
+        let parser = "vllm:tool_call_parser_invocations_total";
+        for mode in label_values(parser, "mode") {
+            for outcome in label_values(parser, "outcome") {
+                for request_type in label_values(parser, "request_type") {
+                    w.known_counter(
+                        parser,
                         &[
                             ("model_name", &cfg.model_name),
                             ("mode", mode),
@@ -319,373 +308,127 @@ impl ApiServer {
         let request_tokens = build_1_2_5_buckets(cfg.max_model_len);
         let ww = &mut w;
         let m = EngineMetrics {
-            running: mk.gauges(
-                ww,
-                "vllm:num_requests_running",
-                help("vllm:num_requests_running"),
-                &[],
-            )?,
-            waiting: mk.gauges(
-                ww,
-                "vllm:num_requests_waiting",
-                help("vllm:num_requests_waiting"),
-                &[],
-            )?,
-            waiting_by_reason: mk.gauges_by(
-                ww,
-                "vllm:num_requests_waiting_by_reason",
-                help("vllm:num_requests_waiting_by_reason"),
-                "reason",
-                &WAITING_REASONS,
-            )?,
-            kv_fetch_by_stage: mk.gauges_by(
-                ww,
-                "vllm:num_requests_kv_fetch_by_stage",
-                help("vllm:num_requests_kv_fetch_by_stage"),
-                "stage",
-                &KV_FETCH_STAGES,
-            )?,
-            sleep_state: mk.gauges_by(
-                ww,
-                "vllm:engine_sleep_state",
-                help("vllm:engine_sleep_state"),
-                "sleep_state",
-                &SLEEP_STATES,
-            )?,
-            kv_usage: mk.gauges(
-                ww,
-                "vllm:kv_cache_usage_perc",
-                help("vllm:kv_cache_usage_perc"),
-                &[],
-            )?,
+            running: mk.gauges(ww, "vllm:num_requests_running", &[])?,
+            waiting: mk.gauges(ww, "vllm:num_requests_waiting", &[])?,
+            waiting_by_reason: mk.gauges_by(ww, "vllm:num_requests_waiting_by_reason", "reason")?,
+            kv_fetch_by_stage: mk.gauges_by(ww, "vllm:num_requests_kv_fetch_by_stage", "stage")?,
+            sleep_state: mk.gauges_by(ww, "vllm:engine_sleep_state", "sleep_state")?,
+            kv_usage: mk.gauges(ww, "vllm:kv_cache_usage_perc", &[])?,
             _optional_features: (
-                mk.counters(
-                    ww,
-                    "vllm:corrupted_requests",
-                    help("vllm:corrupted_requests"),
-                    &[],
-                )?,
-                mk.counters_by(
-                    ww,
-                    "vllm:watermark_requests",
-                    help("vllm:watermark_requests"),
-                    "status",
-                    WATERMARK_STATUSES,
-                )?,
+                mk.counters(ww, "vllm:corrupted_requests", &[])?,
+                mk.counters_by(ww, "vllm:watermark_requests", "status")?,
             ),
-            prefix_queries: mk.counters(
-                ww,
-                "vllm:prefix_cache_queries",
-                help("vllm:prefix_cache_queries"),
-                &[],
-            )?,
-            prefix_hits: mk.counters(
-                ww,
-                "vllm:prefix_cache_hits",
-                help("vllm:prefix_cache_hits"),
-                &[],
-            )?,
-            external_queries: mk.counters(
-                ww,
-                "vllm:external_prefix_cache_queries",
-                help("vllm:external_prefix_cache_queries"),
-                &[],
-            )?,
-            external_hits: mk.counters(
-                ww,
-                "vllm:external_prefix_cache_hits",
-                help("vllm:external_prefix_cache_hits"),
-                &[],
-            )?,
+            prefix_queries: mk.counters(ww, "vllm:prefix_cache_queries", &[])?,
+            prefix_hits: mk.counters(ww, "vllm:prefix_cache_hits", &[])?,
+            external_queries: mk.counters(ww, "vllm:external_prefix_cache_queries", &[])?,
+            external_hits: mk.counters(ww, "vllm:external_prefix_cache_hits", &[])?,
             _mm_cache: [
-                mk.counters(
-                    ww,
-                    "vllm:mm_cache_queries",
-                    help("vllm:mm_cache_queries"),
-                    &[],
-                )?,
-                mk.counters(ww, "vllm:mm_cache_hits", help("vllm:mm_cache_hits"), &[])?,
+                mk.counters(ww, "vllm:mm_cache_queries", &[])?,
+                mk.counters(ww, "vllm:mm_cache_hits", &[])?,
             ],
-            preemptions: mk.counters(
-                ww,
-                "vllm:num_preemptions",
-                help("vllm:num_preemptions"),
-                &[],
-            )?,
-            prompt_tokens: mk.counters(
-                ww,
-                "vllm:prompt_tokens",
-                help("vllm:prompt_tokens"),
-                &[],
-            )?,
-            prompt_by_source: mk.counters_by(
-                ww,
-                "vllm:prompt_tokens_by_source",
-                help("vllm:prompt_tokens_by_source"),
-                "source",
-                &PROMPT_SOURCES,
-            )?,
-            prompt_cached: mk.counters(
-                ww,
-                "vllm:prompt_tokens_cached",
-                help("vllm:prompt_tokens_cached"),
-                &[],
-            )?,
+            preemptions: mk.counters(ww, "vllm:num_preemptions", &[])?,
+            prompt_tokens: mk.counters(ww, "vllm:prompt_tokens", &[])?,
+            prompt_by_source: mk.counters_by(ww, "vllm:prompt_tokens_by_source", "source")?,
+            prompt_cached: mk.counters(ww, "vllm:prompt_tokens_cached", &[])?,
             cached_by_source: mk.counters_by(
                 ww,
                 "vllm:prompt_tokens_cached_by_source",
-                help("vllm:prompt_tokens_cached_by_source"),
                 "source",
-                &CACHED_SOURCES,
             )?,
-            generation_tokens: mk.counters(
-                ww,
-                "vllm:generation_tokens",
-                help("vllm:generation_tokens"),
-                &[],
-            )?,
-            success: mk.counters_by(
+            generation_tokens: mk.counters(ww, "vllm:generation_tokens", &[])?,
+            success: mk.counters_for(
                 ww,
                 "vllm:request_success",
-                help("vllm:request_success"),
                 "finished_reason",
                 &FINISH_REASONS.map(|(r, _)| r),
             )?,
-            admission: ADMISSION_REASONS
+            admission: label_values("vllm:admission_rejections", "reason")
                 .iter()
                 .map(|r| {
-                    ww.counter(
+                    ww.known_counter(
                         "vllm:admission_rejections",
-                        help("vllm:admission_rejections"),
                         &[("model_name", mk.model), ("reason", r)],
                     )
                 })
                 .collect::<io::Result<_>>()?,
-            h_prompt_tokens: mk.histograms(
+            h_prompt_tokens: mk.histograms_with(
                 ww,
                 "vllm:request_prompt_tokens",
-                help("vllm:request_prompt_tokens"),
                 &request_tokens,
             )?,
-            h_generation_tokens: mk.histograms(
+            h_generation_tokens: mk.histograms_with(
                 ww,
                 "vllm:request_generation_tokens",
-                help("vllm:request_generation_tokens"),
                 &request_tokens,
             )?,
-            h_iteration_tokens: mk.histograms(
-                ww,
-                "vllm:iteration_tokens_total",
-                help("vllm:iteration_tokens_total"),
-                ITERATION_TOKENS_BUCKETS,
-            )?,
-            h_max_generation_tokens: mk.histograms(
+            h_iteration_tokens: mk.histograms(ww, "vllm:iteration_tokens_total")?,
+            h_max_generation_tokens: mk.histograms_with(
                 ww,
                 "vllm:request_max_num_generation_tokens",
-                help("vllm:request_max_num_generation_tokens"),
                 &request_tokens,
             )?,
-            h_params_n: mk.histograms(
-                ww,
-                "vllm:request_params_n",
-                help("vllm:request_params_n"),
-                PARAMS_N_BUCKETS,
-            )?,
-            h_params_max_tokens: mk.histograms(
+            h_params_n: mk.histograms(ww, "vllm:request_params_n")?,
+            h_params_max_tokens: mk.histograms_with(
                 ww,
                 "vllm:request_params_max_tokens",
-                help("vllm:request_params_max_tokens"),
                 &request_tokens,
             )?,
-            h_ttft: mk.histograms(
-                ww,
-                "vllm:time_to_first_token_seconds",
-                help("vllm:time_to_first_token_seconds"),
-                TTFT_BUCKETS,
-            )?,
-            h_itl: mk.histograms(
-                ww,
-                "vllm:inter_token_latency_seconds",
-                help("vllm:inter_token_latency_seconds"),
-                ITL_BUCKETS,
-            )?,
-            h_tpot: mk.histograms(
-                ww,
-                "vllm:request_time_per_output_token_seconds",
-                help("vllm:request_time_per_output_token_seconds"),
-                ITL_BUCKETS,
-            )?,
-            h_e2e: mk.histograms(
-                ww,
-                "vllm:e2e_request_latency_seconds",
-                help("vllm:e2e_request_latency_seconds"),
-                REQUEST_LATENCY_BUCKETS,
-            )?,
-            h_queue: mk.histograms(
-                ww,
-                "vllm:request_queue_time_seconds",
-                help("vllm:request_queue_time_seconds"),
-                REQUEST_LATENCY_BUCKETS,
-            )?,
-            h_inference: mk.histograms(
-                ww,
-                "vllm:request_inference_time_seconds",
-                help("vllm:request_inference_time_seconds"),
-                REQUEST_LATENCY_BUCKETS,
-            )?,
-            h_prefill: mk.histograms(
-                ww,
-                "vllm:request_prefill_time_seconds",
-                help("vllm:request_prefill_time_seconds"),
-                REQUEST_LATENCY_BUCKETS,
-            )?,
-            h_decode: mk.histograms(
-                ww,
-                "vllm:request_decode_time_seconds",
-                help("vllm:request_decode_time_seconds"),
-                REQUEST_LATENCY_BUCKETS,
-            )?,
-            h_num_preemptions: mk.histograms(
-                ww,
-                "vllm:request_num_preemptions",
-                help("vllm:request_num_preemptions"),
-                NUM_PREEMPTIONS_BUCKETS,
-            )?,
-            h_prefill_kv_computed: mk.histograms(
+            h_ttft: mk.histograms(ww, "vllm:time_to_first_token_seconds")?,
+            h_itl: mk.histograms(ww, "vllm:inter_token_latency_seconds")?,
+            h_tpot: mk.histograms(ww, "vllm:request_time_per_output_token_seconds")?,
+            h_e2e: mk.histograms(ww, "vllm:e2e_request_latency_seconds")?,
+            h_queue: mk.histograms(ww, "vllm:request_queue_time_seconds")?,
+            h_inference: mk.histograms(ww, "vllm:request_inference_time_seconds")?,
+            h_prefill: mk.histograms(ww, "vllm:request_prefill_time_seconds")?,
+            h_decode: mk.histograms(ww, "vllm:request_decode_time_seconds")?,
+            h_num_preemptions: mk.histograms(ww, "vllm:request_num_preemptions")?,
+            h_prefill_kv_computed: mk.histograms_with(
                 ww,
                 "vllm:request_prefill_kv_computed_tokens",
-                help("vllm:request_prefill_kv_computed_tokens"),
                 &request_tokens,
             )?,
-            h_kv_lifetime: mk.histograms(
-                ww,
-                "vllm:kv_block_lifetime_seconds",
-                help("vllm:kv_block_lifetime_seconds"),
-                KV_RESIDENCY_BUCKETS,
-            )?,
-            h_kv_idle: mk.histograms(
-                ww,
-                "vllm:kv_block_idle_before_evict_seconds",
-                help("vllm:kv_block_idle_before_evict_seconds"),
-                KV_RESIDENCY_BUCKETS,
-            )?,
-            h_kv_reuse_gap: mk.histograms(
-                ww,
-                "vllm:kv_block_reuse_gap_seconds",
-                help("vllm:kv_block_reuse_gap_seconds"),
-                KV_RESIDENCY_BUCKETS,
-            )?,
-            spec_drafts: mk.counters(
-                ww,
-                "vllm:spec_decode_num_drafts",
-                help("vllm:spec_decode_num_drafts"),
-                &[],
-            )?,
-            spec_draft_tokens: mk.counters(
-                ww,
-                "vllm:spec_decode_num_draft_tokens",
-                help("vllm:spec_decode_num_draft_tokens"),
-                &[],
-            )?,
-            spec_accepted: mk.counters(
-                ww,
-                "vllm:spec_decode_num_accepted_tokens",
-                help("vllm:spec_decode_num_accepted_tokens"),
-                &[],
-            )?,
+            h_kv_lifetime: mk.histograms(ww, "vllm:kv_block_lifetime_seconds")?,
+            h_kv_idle: mk.histograms(ww, "vllm:kv_block_idle_before_evict_seconds")?,
+            h_kv_reuse_gap: mk.histograms(ww, "vllm:kv_block_reuse_gap_seconds")?,
+            spec_drafts: mk.counters(ww, "vllm:spec_decode_num_drafts", &[])?,
+            spec_draft_tokens: mk.counters(ww, "vllm:spec_decode_num_draft_tokens", &[])?,
+            spec_accepted: mk.counters(ww, "vllm:spec_decode_num_accepted_tokens", &[])?,
             spec_accepted_per_pos: (0..SPEC_ACCEPT.len())
                 .map(|p| {
                     mk.counters(
                         ww,
                         "vllm:spec_decode_num_accepted_tokens_per_pos",
-                        help("vllm:spec_decode_num_accepted_tokens_per_pos"),
                         &[("position", &p.to_string())],
                     )
                 })
                 .collect::<io::Result<_>>()?,
-            mfu_flops: mk.counters(
-                ww,
-                "vllm:estimated_flops_per_gpu_total",
-                help("vllm:estimated_flops_per_gpu_total"),
-                &[],
-            )?,
-            mfu_read: mk.counters(
-                ww,
-                "vllm:estimated_read_bytes_per_gpu_total",
-                help("vllm:estimated_read_bytes_per_gpu_total"),
-                &[],
-            )?,
-            mfu_write: mk.counters(
-                ww,
-                "vllm:estimated_write_bytes_per_gpu_total",
-                help("vllm:estimated_write_bytes_per_gpu_total"),
-                &[],
-            )?,
-            nixl_xfer: mk.histograms(
-                ww,
-                "vllm:nixl_xfer_time_seconds",
-                help("vllm:nixl_xfer_time_seconds"),
-                &NIXL_TIME_BUCKETS[1..],
-            )?,
-            nixl_post: mk.histograms(
-                ww,
-                "vllm:nixl_post_time_seconds",
-                help("vllm:nixl_post_time_seconds"),
-                NIXL_TIME_BUCKETS,
-            )?,
-            nixl_bytes: mk.histograms(
-                ww,
-                "vllm:nixl_bytes_transferred",
-                help("vllm:nixl_bytes_transferred"),
-                &nixl_bytes_buckets(),
-            )?,
-            nixl_descriptors: mk.histograms(
-                ww,
-                "vllm:nixl_num_descriptors",
-                help("vllm:nixl_num_descriptors"),
-                NIXL_DESCRIPTOR_BUCKETS,
-            )?,
-            nixl_failed_transfers: mk.counters(
-                ww,
-                "vllm:nixl_num_failed_transfers",
-                help("vllm:nixl_num_failed_transfers"),
-                &[],
-            )?,
+            mfu_flops: mk.counters(ww, "vllm:estimated_flops_per_gpu_total", &[])?,
+            mfu_read: mk.counters(ww, "vllm:estimated_read_bytes_per_gpu_total", &[])?,
+            mfu_write: mk.counters(ww, "vllm:estimated_write_bytes_per_gpu_total", &[])?,
+            nixl_xfer: mk.histograms(ww, "vllm:nixl_xfer_time_seconds")?,
+            nixl_post: mk.histograms(ww, "vllm:nixl_post_time_seconds")?,
+            nixl_bytes: mk.histograms(ww, "vllm:nixl_bytes_transferred")?,
+            nixl_descriptors: mk.histograms(ww, "vllm:nixl_num_descriptors")?,
+            nixl_failed_transfers: mk.counters(ww, "vllm:nixl_num_failed_transfers", &[])?,
             nixl_failed_notifications: mk.counters(
                 ww,
                 "vllm:nixl_num_failed_notifications",
-                help("vllm:nixl_num_failed_notifications"),
                 &[],
             )?,
-            nixl_expired: mk.counters(
-                ww,
-                "vllm:nixl_num_kv_expired_reqs",
-                help("vllm:nixl_num_kv_expired_reqs"),
-                &[],
-            )?,
-            nixl_after_expiry: mk.counters(
-                ww,
-                "vllm:nixl_num_notifications_after_expiry",
-                help("vllm:nixl_num_notifications_after_expiry"),
-                &[],
-            )?,
+            nixl_expired: mk.counters(ww, "vllm:nixl_num_kv_expired_reqs", &[])?,
+            nixl_after_expiry: mk.counters(ww, "vllm:nixl_num_notifications_after_expiry", &[])?,
         };
 
         // The CPU offloading connector's deprecated families, created with a
         // child per engine and transfer direction (the others appear once
-        // something was offloaded; the demo offloads nothing).
+        // something was offloaded: `Traffic`).
         for e in 0..cfg.engines {
             let engine = e.to_string();
-            for direction in ["CPU_to_GPU", "GPU_to_CPU"] {
+            for direction in label_values("vllm:kv_offload_size", "transfer_type") {
                 let labels = mk.labels(&engine, &[("transfer_type", direction)]);
-                ww.histogram(
-                    "vllm:kv_offload_size",
-                    help("vllm:kv_offload_size"),
-                    &labels,
-                    KV_OFFLOAD_SIZE_BUCKETS,
-                )?;
+                ww.known_histogram("vllm:kv_offload_size", &labels)?;
                 for name in ["vllm:kv_offload_total_bytes", "vllm:kv_offload_total_time"] {
-                    ww.counter(name, help(name), &labels)?;
+                    ww.known_counter(name, &labels)?;
                 }
             }
         }
@@ -694,14 +437,20 @@ impl ApiServer {
         // field as str(), plus engine; no model_name), and the initial sleep state.
         for e in 0..cfg.engines {
             let engine = e.to_string();
-            let mut info_labels = CACHE_CONFIG_INFO.to_vec();
+            let info_family = family("vllm:cache_config_info");
+            let mut info_labels: Vec<(&str, &str)> = info_family
+                .labels
+                .iter()
+                .filter(|label| *label != "engine")
+                .map(|label| {
+                    (
+                        label.as_str(),
+                        info_family.values_of(label).first().copied().unwrap_or(""),
+                    )
+                })
+                .collect();
             info_labels.push(("engine", &engine));
-            let info = w.gauge(
-                "vllm:cache_config_info",
-                help("vllm:cache_config_info"),
-                &info_labels,
-                GaugeMode::MostRecent,
-            )?;
+            let info = w.known_gauge("vllm:cache_config_info", &info_labels)?;
             info.set_at(&mut w, 1.0, now)?;
             for (s, state) in m.sleep_state.iter().enumerate() {
                 state[e].set_at(&mut w, if s == 0 { 1.0 } else { 0.0 }, now)?;
@@ -716,6 +465,12 @@ impl ApiServer {
             ws_active,
             ws_total,
             ws_duration,
+            traffic: Traffic::new(
+                vllm(),
+                &HttpMetrics::FAMILIES,
+                vec![("model_name", cfg.model_name.clone())],
+                cfg.engines,
+            ),
         })
     }
 }

@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::format::writer::{
-    mark_process_dead, now_timestamp, Counter, Gauge, GaugeMode, Histogram, ProcessWriter, Summary,
+    mark_process_dead, now_timestamp, Counter, Gauge, Histogram, ProcessWriter, Summary,
 };
 
 /// Settings of a [`Demo`].
@@ -88,11 +88,13 @@ mod catalogue;
 mod rng;
 #[cfg(test)]
 mod tests;
+mod traffic;
 mod worker;
 
 use api_server::*;
 pub use catalogue::*;
 pub use rng::Rng;
+use traffic::Traffic;
 use worker::*;
 
 #[derive(Clone, Debug)]
@@ -210,6 +212,9 @@ impl Demo {
             total_admitted += self.step_engine(e, now, dt)?;
         }
         self.step_frontend_misc(dt)?;
+        for a in &mut self.api {
+            a.traffic.step(&mut a.w, &mut self.rng, now)?;
+        }
         let per_worker_load = 1.0 + total_admitted / dt / self.workers.len().max(1) as f64;
         for wk in &mut self.workers {
             wk.step(&mut self.rng, now, dt, per_worker_load)?;
@@ -298,7 +303,7 @@ impl Demo {
             m.external_hits[e].inc(w, (ext_q * rng.uniform(0.0, 0.3) / 256.0).floor() * 256.0)?;
             m.preemptions[e].inc(w, preempted as f64)?;
             if waiting > 200 && rng.chance(0.5) {
-                m.admission[rng.below(ADMISSION_REASONS.len())].inc(w, 1.0)?;
+                m.admission[rng.below(m.admission.len())].inc(w, 1.0)?;
             }
 
             // A few engine iterations: tokens per step.

@@ -1,7 +1,7 @@
 //! Tests of the simulation: prometheus_client reads its files, and they move.
 
 use super::*;
-use crate::format::writer::read_records;
+use crate::format::writer::{read_records, GaugeMode};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -51,11 +51,46 @@ fn build_1_2_5() {
         build_1_2_5_buckets(100),
         [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0]
     );
-    assert_eq!(build_1_2_5_buckets(8192).last(), Some(&5000.0));
-    assert_eq!(nixl_bytes_buckets().first(), Some(&2048.0));
-    assert_eq!(nixl_bytes_buckets().last(), Some(&8589934592.0));
-    assert_eq!(nixl_bytes_buckets().len(), 12);
-    assert_eq!(lmcache_lookup_buckets().len(), 20);
+    // The extraction ran with max_model_len 8192: the formula gives vLLM's bounds.
+    assert_eq!(
+        build_1_2_5_buckets(8192),
+        buckets("vllm:request_prompt_tokens")
+    );
+}
+
+/// The catalogue data parses, holds every family of both libraries, and is
+/// internally consistent: a histogram has bounds and nothing else has, a
+/// gauge names a known multiprocess mode, a family written at start-up is
+/// written after traffic too, and a family written only after traffic has
+/// values for every label (the simulation draws its children from them).
+#[test]
+fn the_catalogue_data_is_whole_and_consistent() {
+    assert_eq!(vllm().families().len(), 88);
+    assert_eq!(lmcache().families().len(), 94);
+    for def in vllm().families().iter().chain(lmcache().families()) {
+        let name = &def.name;
+        assert_eq!(
+            def.kind == FamilyType::Histogram,
+            !def.buckets.is_empty(),
+            "{name}"
+        );
+        assert!(def.buckets.windows(2).all(|w| w[0] < w[1]), "{name}");
+        assert_eq!(def.kind == FamilyType::Gauge, def.mode.is_some(), "{name}");
+        if let Some(mode) = &def.mode {
+            assert!(GaugeMode::from_name(mode).is_some(), "{name}: {mode}");
+        }
+        assert!(!def.written || def.after_traffic, "{name}");
+        if def.after_traffic && !def.written {
+            for label in &def.labels {
+                assert!(!def.values_of(label).is_empty(), "{name}: {label}");
+            }
+        }
+        assert!(std::ptr::eq(family(name), def), "{name}");
+    }
+    assert_eq!(
+        family("vllm:tool_call_parser_invocations_total").name,
+        "vllm:tool_call_parser_invocations"
+    );
 }
 
 #[test]

@@ -33,6 +33,8 @@ pub(super) struct Worker {
     pub(super) store_speed: Histogram,
     /// Simulated local CPU cache occupancy (bytes).
     pub(super) cache_bytes: f64,
+    /// LMCache's remote, P2P, pinning and other families.
+    pub(super) traffic: Traffic,
 }
 
 /// LMCache's local CPU cache size in the simulation (bytes).
@@ -54,93 +56,45 @@ impl Worker {
         ];
         let l = &labels[..];
         let ww = &mut w;
-        let mut c = |name: &str, help: &str| ww.counter(name, help, l);
-        let retrieve_requests = c(
-            "lmcache:num_retrieve_requests",
-            help("lmcache:num_retrieve_requests"),
-        )?;
-        let store_requests = c(
-            "lmcache:num_store_requests",
-            help("lmcache:num_store_requests"),
-        )?;
-        let lookup_requests = c(
-            "lmcache:num_lookup_requests",
-            help("lmcache:num_lookup_requests"),
-        )?;
-        let requested_tokens = c(
-            "lmcache:num_requested_tokens",
-            help("lmcache:num_requested_tokens"),
-        )?;
-        let hit_tokens = c("lmcache:num_hit_tokens", help("lmcache:num_hit_tokens"))?;
-        let stored_tokens = c(
-            "lmcache:num_stored_tokens",
-            help("lmcache:num_stored_tokens"),
-        )?;
-        let lookup_tokens = c(
-            "lmcache:num_lookup_tokens",
-            help("lmcache:num_lookup_tokens"),
-        )?;
-        let lookup_hits = c("lmcache:num_lookup_hits", help("lmcache:num_lookup_hits"))?;
-        let vllm_hit_tokens = c(
-            "lmcache:num_vllm_hit_tokens",
-            help("lmcache:num_vllm_hit_tokens"),
-        )?;
-        let prompt_tokens = c(
-            "lmcache:num_prompt_tokens",
-            help("lmcache:num_prompt_tokens"),
-        )?;
-        let evict_count = c(
-            "lmcache:local_cpu_evict_count",
-            help("lmcache:local_cpu_evict_count"),
-        )?;
-        let evict_keys_count = c(
-            "lmcache:local_cpu_evict_keys_count",
-            help("lmcache:local_cpu_evict_keys_count"),
-        )?;
-        let lookup_0_hit = c(
-            "lmcache:lookup_0_hit_requests",
-            help("lmcache:lookup_0_hit_requests"),
-        )?;
-        let mut g = |name: &str, help: &str, mode: GaugeMode| w.gauge(name, help, l, mode);
-        let retrieve_hit_rate = g(
-            "lmcache:retrieve_hit_rate",
-            help("lmcache:retrieve_hit_rate"),
-            GaugeMode::LiveMostRecent,
-        )?;
-        let lookup_hit_rate = g(
-            "lmcache:lookup_hit_rate",
-            help("lmcache:lookup_hit_rate"),
-            GaugeMode::LiveMostRecent,
-        )?;
-        let local_cache_usage = g(
-            "lmcache:local_cache_usage",
-            help("lmcache:local_cache_usage"),
-            GaugeMode::Sum,
-        )?;
-        let remote_cache_usage = g(
-            "lmcache:remote_cache_usage",
-            help("lmcache:remote_cache_usage"),
-            GaugeMode::Sum,
-        )?;
-        let local_storage_usage = g(
-            "lmcache:local_storage_usage",
-            help("lmcache:local_storage_usage"),
-            GaugeMode::Sum,
-        )?;
-        let active_objs = g(
-            "lmcache:active_memory_objs_count",
-            help("lmcache:active_memory_objs_count"),
-            GaugeMode::Sum,
-        )?;
-        let pinned_objs = g(
-            "lmcache:pinned_memory_objs_count",
-            help("lmcache:pinned_memory_objs_count"),
-            GaugeMode::Sum,
-        )?;
+        // The families modelled here; `Traffic` moves LMCache's others.
+        let mut simulated: Vec<&'static str> = Vec::new();
+        let mut c = |name: &'static str| {
+            simulated.push(name);
+            ww.known_counter(name, l)
+        };
+        let retrieve_requests = c("lmcache:num_retrieve_requests")?;
+        let store_requests = c("lmcache:num_store_requests")?;
+        let lookup_requests = c("lmcache:num_lookup_requests")?;
+        let requested_tokens = c("lmcache:num_requested_tokens")?;
+        let hit_tokens = c("lmcache:num_hit_tokens")?;
+        let stored_tokens = c("lmcache:num_stored_tokens")?;
+        let lookup_tokens = c("lmcache:num_lookup_tokens")?;
+        let lookup_hits = c("lmcache:num_lookup_hits")?;
+        let vllm_hit_tokens = c("lmcache:num_vllm_hit_tokens")?;
+        let prompt_tokens = c("lmcache:num_prompt_tokens")?;
+        let evict_count = c("lmcache:local_cpu_evict_count")?;
+        let evict_keys_count = c("lmcache:local_cpu_evict_keys_count")?;
+        let lookup_0_hit = c("lmcache:lookup_0_hit_requests")?;
+        let mut g = |name: &'static str| {
+            simulated.push(name);
+            w.known_gauge(name, l)
+        };
+        let retrieve_hit_rate = g("lmcache:retrieve_hit_rate")?;
+        let lookup_hit_rate = g("lmcache:lookup_hit_rate")?;
+        let local_cache_usage = g("lmcache:local_cache_usage")?;
+        let remote_cache_usage = g("lmcache:remote_cache_usage")?;
+        let local_storage_usage = g("lmcache:local_storage_usage")?;
+        let active_objs = g("lmcache:active_memory_objs_count")?;
+        let pinned_objs = g("lmcache:pinned_memory_objs_count")?;
         // The gauges LMCache creates at start-up, as its periodic collector
         // first sets them: healthy, nothing queued, chunk statistics off.
-        for &(name, mode) in LMCACHE_STARTUP_GAUGES {
-            let gauge = w.gauge(name, help(name), l, mode)?;
+        let startup_gauges = lmcache()
+            .families()
+            .iter()
+            .filter(|f| f.written && f.kind == FamilyType::Gauge);
+        for def in startup_gauges {
+            let name = def.name.as_str();
+            let gauge = w.known_gauge(name, l)?;
             let value = if name == "lmcache:lmcache_is_healthy" {
                 1.0
             } else {
@@ -148,32 +102,19 @@ impl Worker {
             };
             gauge.set_at(&mut w, value, now)?;
         }
-        let mut h = |name: &str, help: &str, b: &[f64]| w.histogram(name, help, l, b);
-        let time_to_retrieve = h(
-            "lmcache:time_to_retrieve",
-            help("lmcache:time_to_retrieve"),
-            LMCACHE_TIME_BUCKETS,
-        )?;
-        let time_to_store = h(
-            "lmcache:time_to_store",
-            help("lmcache:time_to_store"),
-            LMCACHE_TIME_BUCKETS,
-        )?;
-        let time_to_lookup = h(
-            "lmcache:time_to_lookup",
-            help("lmcache:time_to_lookup"),
-            &lmcache_lookup_buckets(),
-        )?;
-        let retrieve_speed = h(
-            "lmcache:retrieve_speed",
-            help("lmcache:retrieve_speed"),
-            LMCACHE_SPEED_BUCKETS,
-        )?;
-        let store_speed = h(
-            "lmcache:store_speed",
-            help("lmcache:store_speed"),
-            LMCACHE_SPEED_BUCKETS,
-        )?;
+        let mut h = |name: &'static str| {
+            simulated.push(name);
+            w.known_histogram(name, l)
+        };
+        let time_to_retrieve = h("lmcache:time_to_retrieve")?;
+        let time_to_store = h("lmcache:time_to_store")?;
+        let time_to_lookup = h("lmcache:time_to_lookup")?;
+        let retrieve_speed = h("lmcache:retrieve_speed")?;
+        let store_speed = h("lmcache:store_speed")?;
+        let fixed = labels
+            .map(|(name, value)| (name, value.to_owned()))
+            .to_vec();
+        let traffic = Traffic::new(lmcache(), &simulated, fixed, 0);
         Ok(Worker {
             w,
             id,
@@ -203,11 +144,13 @@ impl Worker {
             retrieve_speed,
             store_speed,
             cache_bytes: 0.0,
+            traffic,
         })
     }
 
     /// One LMCache stats push (LMCache logs aggregated stats periodically).
     pub(super) fn step(&mut self, rng: &mut Rng, now: f64, dt: f64, load: f64) -> io::Result<()> {
+        self.traffic.step(&mut self.w, rng, now)?;
         let w = &mut self.w;
         let lookups = rng.poisson(load * dt);
         let mut lookup_tokens = 0.0;

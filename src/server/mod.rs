@@ -20,6 +20,7 @@ mod http;
 mod scrape;
 mod telemetry;
 
+use crate::server::telemetry::operational::ConfigReload;
 use http::{limits, listen};
 use telemetry::self_metrics;
 use web_config::auth;
@@ -192,17 +193,17 @@ impl Shared {
             Ok(config) => {
                 let changed = *self.config() != config;
                 *self.config.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(config);
-                self.self_metrics.observe_reload(true);
-                tracing::info!(path = %path.display(), changed, "Configuration reloaded.");
+                ConfigReload {
+                    path,
+                    outcome: Ok(changed),
+                }
+                .emit(&self.self_metrics);
             }
-            Err(e) => {
-                self.self_metrics.observe_reload(false);
-                tracing::error!(
-                    path = %path.display(),
-                    error = %e,
-                    "Configuration reload failed; keeping the previous configuration."
-                );
+            Err(e) => ConfigReload {
+                path,
+                outcome: Err(&e),
             }
+            .emit(&self.self_metrics),
         }
     }
 

@@ -19,6 +19,7 @@
 //! filesystems that deliver no events (NFS, some overlay setups) and a
 //! watcher that could not be created at all (inotify limits).
 
+use crate::server::telemetry::operational::Rescan;
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt as _;
@@ -293,15 +294,13 @@ fn classify(
     let event = match event {
         Ok(e) => e,
         Err(e) => {
-            tracing::warn!(error = %e, "File watcher error; rescanning.");
-            shared.self_metrics.observe_rescan();
+            Rescan::WatcherError(&e).emit(&shared.self_metrics);
             shared.scraper.recheck_all();
             return (true, true);
         }
     };
     if event.need_rescan() {
-        tracing::info!("File watcher queue overflowed; rescanning.");
-        shared.self_metrics.observe_rescan();
+        Rescan::QueueOverflow.emit(&shared.self_metrics);
         shared.scraper.recheck_all();
         return (true, true);
     }

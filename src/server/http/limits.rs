@@ -30,6 +30,7 @@
 //! Each closure is counted in `multiproc_exporter_http_connections_closed_total`
 //! with its reason.
 
+use crate::server::telemetry::operational::RequestRejected;
 use std::collections::HashMap;
 use std::io;
 use std::pin::Pin;
@@ -47,7 +48,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{watch, Notify, Semaphore};
 use tokio::time::{Instant, Sleep};
 
-use crate::server::telemetry::web_metrics::{CloseReason, RejectReason, WebMetrics};
+use crate::server::telemetry::web_metrics::{CloseReason, WebMetrics};
 
 /// Connection deadlines; `None` disables one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -577,11 +578,7 @@ pub(crate) async fn limit_scrapes(
         Some(slots) => match slots.try_acquire() {
             Ok(permit) => Some(permit),
             Err(_) => {
-                limit.metrics.request_rejected(RejectReason::MaxRequests);
-                tracing::debug!(
-                    max_requests = limit.max,
-                    "Scrape refused: too many scrapes in flight."
-                );
+                RequestRejected::TooManyScrapes { max: limit.max }.emit(&limit.metrics);
                 return (
                     StatusCode::SERVICE_UNAVAILABLE,
                     format!(

@@ -159,7 +159,7 @@ impl SelfMetrics {
     }
 
     /// Records a configuration load or reload.
-    pub(crate) fn observe_reload(&self, success: bool) {
+    pub(super) fn observe_reload(&self, success: bool) {
         let result = if success { "success" } else { "failure" };
         self.reloads
             .get_or_create(&vec![("result", result.to_owned())])
@@ -206,7 +206,7 @@ impl SelfMetrics {
     }
 
     /// Records a forced rescan of the watched directories.
-    pub(crate) fn observe_rescan(&self) {
+    pub(super) fn observe_rescan(&self) {
         self.watch_rescans.inc();
     }
 

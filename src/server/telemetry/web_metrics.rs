@@ -202,7 +202,7 @@ impl WebMetrics {
     }
 
     /// A request was refused.
-    pub(crate) fn request_rejected(&self, reason: RejectReason) {
+    pub(super) fn request_rejected(&self, reason: RejectReason) {
         self.requests_rejected
             .get_or_create(&vec![("reason", reason.label())])
             .inc();
@@ -229,7 +229,7 @@ impl WebMetrics {
     }
 
     /// A web configuration reload.
-    pub(crate) fn observe_web_config_reload(&self, success: bool) {
+    pub(super) fn observe_web_config_reload(&self, success: bool) {
         let result = if success { "success" } else { "failure" };
         self.reloads.get_or_create(&vec![("result", result)]).inc();
         self.reload_successful.set(i64::from(success));

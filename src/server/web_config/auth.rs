@@ -16,6 +16,7 @@
 //!   consulted again after waiting for the bcrypt slot, so concurrent
 //!   requests with the same credentials cost one check.
 
+use crate::server::telemetry::operational::RequestRejected;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -27,7 +28,7 @@ use base64::Engine as _;
 use sha2::{Digest as _, Sha256};
 use tokio::sync::Semaphore;
 
-use crate::server::telemetry::web_metrics::{RejectReason, WebMetrics};
+use crate::server::telemetry::web_metrics::WebMetrics;
 use crate::server::web_config::WebSettings;
 
 /// Cached check results at most (the toolkit keeps 100).
@@ -180,11 +181,10 @@ pub(crate) async fn apply_web_config(
         if config.users.is_empty() || layer.auth.check(&config.users, request.headers()).await {
             next.run(request).await
         } else {
-            layer
-                .web
-                .metrics()
-                .request_rejected(RejectReason::Unauthorized);
-            tracing::debug!(path = request.uri().path(), "Unauthorized request (401).");
+            RequestRejected::Unauthorized {
+                path: request.uri().path(),
+            }
+            .emit(layer.web.metrics());
             unauthorized()
         };
     for (name, value) in &config.headers {

@@ -4,6 +4,7 @@
 //! that turns invalid is logged, counted, and the previous configuration
 //! stays in force.
 
+use crate::server::telemetry::operational::WebConfigReload;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
@@ -132,17 +133,17 @@ impl WebSettings {
                     tracing::warn!(path = %path.display(), "{warning}");
                 }
                 *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(config);
-                self.metrics.observe_web_config_reload(true);
-                tracing::info!(path = %path.display(), "Web configuration reloaded.");
+                WebConfigReload {
+                    path,
+                    outcome: Ok(()),
+                }
+                .emit(&self.metrics);
             }
-            Err(e) => {
-                self.metrics.observe_web_config_reload(false);
-                tracing::error!(
-                    path = %path.display(),
-                    error = %e,
-                    "Web configuration reload failed; keeping the previous web configuration."
-                );
+            Err(e) => WebConfigReload {
+                path,
+                outcome: Err(&e),
             }
+            .emit(&self.metrics),
         }
     }
 
