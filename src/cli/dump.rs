@@ -46,7 +46,8 @@ pub(crate) fn run(args: DumpFlags) -> ExitCode {
         directories.subdirectories_label,
         directories.link_policy,
     )
-    .with_memory_budget(directories.memory_budget);
+    .with_memory_budget(directories.memory_budget)
+    .with_writer_policy(directories.writer_policy);
     let gathered = source.collect();
     for event in &gathered.events {
         match event {

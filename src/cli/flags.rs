@@ -68,6 +68,74 @@ pub struct DirectoryFlags {
         default_value = "auto"
     )]
     pub memory_budget: String,
+    /// How to tell whether the process that wrote a file (the pid in its
+    /// name) is alive: `auto` looks in /proc and trusts it once a writer is
+    /// seen holding its file open (the same host, a sidecar sharing the
+    /// pod's pid namespace, a DaemonSet with hostPID); `proc` trusts /proc
+    /// without that evidence (a sidecar sharing the pid namespace but running
+    /// as another user); `off` never looks (prometheus_client's semantics).
+    /// A dead writer's live gauges are then left out, short files of live
+    /// writers are pending rather than bad, and live writers' process_*
+    /// metrics are served.
+    #[arg(
+        long = "writers.liveness",
+        env = "MULTIPROC_EXPORTER_WRITERS_LIVENESS",
+        value_enum,
+        default_value = "auto"
+    )]
+    pub writers_liveness: LivenessArg,
+    /// Serve the `live*` gauges of writers that have exited, as
+    /// prometheus_client does when nobody calls `mark_process_dead`.
+    #[arg(
+        long = "writers.keep-dead-live-gauges",
+        env = "MULTIPROC_EXPORTER_WRITERS_KEEP_DEAD_LIVE_GAUGES",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub keep_dead_live_gauges: bool,
+    /// Leave out the `sum`, `min` and `max` gauges of writers that have
+    /// exited (prometheus_client keeps them forever, so a crashed process's
+    /// value stays in the total).
+    #[arg(
+        long = "writers.drop-dead-gauges",
+        env = "MULTIPROC_EXPORTER_WRITERS_DROP_DEAD_GAUGES",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub drop_dead_gauges: bool,
+    /// Do not serve the standard `process_*` metrics of the live writers.
+    #[arg(
+        long = "writers.disable-process-metrics",
+        env = "MULTIPROC_EXPORTER_WRITERS_DISABLE_PROCESS_METRICS",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub disable_process_metrics: bool,
+    /// How long a file shorter than its 8-byte header is taken for one a
+    /// writer is creating (pending: not read, not reported) when the
+    /// writer's liveness is unknown; older, it is reported as `short_file`.
+    /// A live writer's short file is always pending, a dead one's always
+    /// reported. 0 reports every short file at once.
+    #[arg(
+        long = "writers.pending-grace",
+        env = "MULTIPROC_EXPORTER_WRITERS_PENDING_GRACE",
+        value_name = "DURATION",
+        value_parser = parse_duration,
+        default_value = "10s"
+    )]
+    pub pending_grace: Duration,
+}
+
+/// `--writers.liveness`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum LivenessArg {
+    /// /proc, trusted once a writer is seen holding its file.
+    #[default]
+    Auto,
+    /// /proc, trusted without evidence.
+    Proc,
+    /// Never (prometheus_client's semantics).
+    Off,
 }
 
 /// The HTTP server (`serve`, `demo`).
@@ -249,6 +317,17 @@ pub struct ServeFlags {
         default_value = "1m"
     )]
     pub warn_interval: Duration,
+
+    /// Log a warning when the files of writers that have exited number at
+    /// least this many (they slow every scrape and fill the disk; see
+    /// docs/troubleshooting.md). 0 turns the warning off.
+    #[arg(
+        long = "writers.dead-files-warning",
+        env = "MULTIPROC_EXPORTER_WRITERS_DEAD_FILES_WARNING",
+        value_name = "N",
+        default_value_t = 1000
+    )]
+    pub dead_files_warning: usize,
 
     /// How the directories are read.
     #[command(flatten)]

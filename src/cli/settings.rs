@@ -9,11 +9,14 @@ use std::time::Duration;
 
 use axum::http::Uri;
 
-use super::flags::{ConfigFlags, DirectoryFlags, NegotiationArg, ServeFlags, WebFlags};
+use super::flags::{
+    ConfigFlags, DirectoryFlags, LivenessArg, NegotiationArg, ServeFlags, WebFlags,
+};
 use crate::expose::negotiate::Negotiation;
 use crate::server::{ServeSettings, Settings, DEFAULT_LISTEN_ADDRESS};
 use crate::source::budget::{default_budget, process_memory_limit};
 use crate::source::link_policy::LinkPolicy;
+use crate::source::writers::{LivenessMode, WriterPolicy};
 use crate::source::MemoryBudget;
 use crate::transform::config::{label_name_problem, Config, ConfigError};
 
@@ -53,6 +56,8 @@ pub(crate) struct DirectorySettings {
     pub(crate) link_policy: LinkPolicy,
     /// The memory budget of the records read, if any.
     pub(crate) memory_budget: Option<Arc<MemoryBudget>>,
+    /// What is done about the writer processes.
+    pub(crate) writer_policy: WriterPolicy,
 }
 
 impl DirectoryFlags {
@@ -77,6 +82,17 @@ impl DirectoryFlags {
             },
             memory_budget: memory_budget(&self.memory_budget)?
                 .map(|limit| Arc::new(MemoryBudget::new(limit))),
+            writer_policy: WriterPolicy {
+                liveness: match self.writers_liveness {
+                    LivenessArg::Auto => LivenessMode::Auto,
+                    LivenessArg::Proc => LivenessMode::Proc,
+                    LivenessArg::Off => LivenessMode::Off,
+                },
+                keep_dead_live_gauges: self.keep_dead_live_gauges,
+                drop_dead_gauges: self.drop_dead_gauges,
+                process_metrics: !self.disable_process_metrics,
+                pending_grace: self.pending_grace,
+            },
         })
     }
 }
@@ -173,6 +189,7 @@ impl ServeFlags {
             DEFAULT_LISTEN_ADDRESS,
         )?;
         // 0 turns the warnings off: an interval too long to ever end.
+        settings.app.dead_files_warning = self.dead_files_warning;
         settings.app.directory_warn_interval =
             timeout(self.warn_interval).unwrap_or(Duration::from_secs(u64::from(u32::MAX)));
         Ok(settings)
@@ -197,6 +214,8 @@ pub(crate) fn serve_settings(
             subdirectories_label: directories.subdirectories_label,
             link_policy: directories.link_policy,
             memory_budget: directories.memory_budget,
+            writer_policy: directories.writer_policy,
+            dead_files_warning: 1000,
             telemetry_path: web.telemetry_path.clone(),
             exporter_metrics: !web.disable_exporter_metrics,
             openmetrics: !web.disable_openmetrics,

@@ -188,6 +188,20 @@ impl FileName {
     }
 }
 
+/// The process id a file's name gives its writer: the last `_`-separated
+/// part before `.db`, when it is a decimal number (`counter_1234.db`,
+/// `gauge_livesum_1234.db`). prometheus_client names files after
+/// `os.getpid()` unless an application passes its own identifier; `None`
+/// for such names (their writer's liveness is unknown).
+pub fn writer_pid(basename: &str) -> Option<u32> {
+    let stem = basename.strip_suffix(".db")?;
+    let (_, last) = stem.rsplit_once('_')?;
+    if last.is_empty() || !last.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    last.parse().ok()
+}
+
 /// Whether prometheus_client's `glob('*.db')` would list a directory entry
 /// with this name: ends in `.db` (case-sensitive) and does not start with `.`.
 pub fn is_listed_name(name: &[u8]) -> bool {
@@ -197,6 +211,17 @@ pub fn is_listed_name(name: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn writer_pid_is_the_numeric_last_part() {
+        assert_eq!(writer_pid("counter_1234.db"), Some(1234));
+        assert_eq!(writer_pid("gauge_livesum_77.db"), Some(77));
+        assert_eq!(writer_pid("gauge_all_host_12.db"), Some(12));
+        assert_eq!(writer_pid("counter_worker-3.db"), None);
+        assert_eq!(writer_pid("counter_.db"), None);
+        assert_eq!(writer_pid("counter.db"), None);
+        assert_eq!(writer_pid("counter_99999999999.db"), None);
+    }
 
     #[test]
     fn parses_python_names() {

@@ -1,9 +1,11 @@
 //! Collecting: read the inputs ([`crate::source`]), then merge them
 //! ([`crate::merge`]), keeping both stages' caches between collections.
 
+use super::lifecycle::{sort_out, WriterReport};
 use crate::merge::{KeyStore, MergeInput, PlanCache};
 use crate::model::MetricFamily;
 use crate::source::link_policy::LinkPolicy;
+use crate::source::writers::{WriterPolicy, Writers};
 use crate::source::{release_free_heap, Input, MemoryBudget, Problem, Reader, SkipReason};
 
 /// Counters describing one collection.
@@ -38,13 +40,16 @@ pub struct Collection {
     pub problems: Vec<Problem>,
     /// Counters.
     pub stats: CollectStats,
+    /// The writers: states, pending files, process values.
+    pub writers: WriterReport,
 }
 
 /// Reads and merges a set of inputs incrementally; keep one per set of
 /// inputs. An unchanged directory decodes no key and plans nothing again.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Collector {
     reader: Reader,
+    writers: Writers,
     store: KeyStore,
     plans: PlanCache,
     /// The key store's size right after it was last built from scratch.
@@ -65,8 +70,24 @@ pub struct Collector {
 /// what vanished files left behind.
 const REBUILD_SLACK_BYTES: usize = 1 << 20;
 
+impl Default for Collector {
+    fn default() -> Self {
+        Self {
+            reader: Reader::default(),
+            writers: Writers::new(WriterPolicy::exact()),
+            store: KeyStore::default(),
+            plans: PlanCache::default(),
+            fresh_store_bytes: None,
+            rebuild: false,
+            rebuilds: 0,
+            trim: false,
+        }
+    }
+}
+
 impl Collector {
-    /// A collector with nothing cached.
+    /// A collector with nothing cached, treating writers as prometheus_client
+    /// does ([`WriterPolicy::exact`]) until [`Self::set_writer_policy`].
     pub fn new() -> Self {
         Self::default()
     }
@@ -77,6 +98,13 @@ impl Collector {
         Self {
             reader: Reader::with_link_policy(policy),
             ..Self::default()
+        }
+    }
+
+    /// Applies `policy` to the writers from the next collection on.
+    pub fn set_writer_policy(&mut self, policy: WriterPolicy) {
+        if self.writers.policy() != policy {
+            self.writers = Writers::new(policy);
         }
     }
 
@@ -130,12 +158,19 @@ impl Collector {
         }
         let keys_before = self.store.len();
         let read = self.reader.read(inputs, &mut self.store);
-        let merge_inputs: Vec<MergeInput<'_>> = read.files.iter().map(|f| f.merge).collect();
+        let mut problems = read.problems;
+        let (keep, writers) = sort_out(&mut self.writers, &read.files, &mut problems);
+        let kept: Vec<&crate::source::ReadFile<'_>> = read
+            .files
+            .iter()
+            .zip(&keep)
+            .filter_map(|(f, k)| k.then_some(f))
+            .collect();
+        let merge_inputs: Vec<MergeInput<'_>> = kept.iter().map(|f| f.merge).collect();
         let merged = self.plans.merge(&mut self.store, &merge_inputs);
         let merged_replanned = merged.replanned;
-        let mut problems = read.problems;
         for (i, error) in merged.excluded {
-            let file = &read.files[i];
+            let file = kept[i];
             problems.push((
                 file.position,
                 Problem {
@@ -164,10 +199,18 @@ impl Collector {
             keys_decoded: self.store.len() - keys_before,
             replanned: merged.replanned,
         };
+        let mut families = merged.families;
+        for family in &writers.process_families {
+            // A family of the directory's own comes first.
+            if !families.iter().any(|f| f.name == family.name) {
+                families.push(family.clone());
+            }
+        }
         Collection {
-            families: merged.families,
+            families,
             problems: problems.into_iter().map(|(_, p)| p).collect(),
             stats,
+            writers,
         }
     }
 }

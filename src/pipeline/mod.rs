@@ -12,6 +12,7 @@
 //! and counts it (`crate::server`'s telemetry).
 
 mod collector;
+pub mod lifecycle;
 pub mod subdirectories;
 
 use std::path::{Path, PathBuf};
@@ -22,6 +23,7 @@ pub use collector::{CollectStats, Collection, Collector};
 use crate::expose::encode::{encode, Escaping, Format};
 use crate::model::MetricFamily;
 use crate::source::link_policy::LinkPolicy;
+use crate::source::writers::WriterPolicy;
 use crate::source::{Input, MemoryBudget};
 use crate::transform::combine::Conflict;
 use crate::transform::config::Config;
@@ -34,6 +36,7 @@ pub struct Source {
     inputs: Vec<Input>,
     link_policy: LinkPolicy,
     memory_budget: Option<Arc<MemoryBudget>>,
+    writer_policy: WriterPolicy,
     kind: Kind,
 }
 
@@ -93,8 +96,18 @@ impl Source {
             inputs,
             link_policy,
             memory_budget: None,
+            writer_policy: WriterPolicy::exact(),
             kind,
         }
+    }
+
+    /// Applies `policy` to the writers (see [`crate::source::writers`]);
+    /// until then they are treated as prometheus_client does
+    /// ([`WriterPolicy::exact`]).
+    pub fn with_writer_policy(mut self, policy: WriterPolicy) -> Self {
+        self.writer_policy = policy;
+        self.apply_budget();
+        self
     }
 
     /// Shares `budget` with every reader of this source (see
@@ -105,11 +118,18 @@ impl Source {
         self
     }
 
+    /// Applies the memory budget and the writer policy to the readers.
     fn apply_budget(&mut self) {
         let budget = self.memory_budget.clone();
         match &mut self.kind {
-            Kind::Inputs(collector) => collector.set_memory_budget(budget),
-            Kind::Subdirectories(reader) => reader.set_memory_budget(budget),
+            Kind::Inputs(collector) => {
+                collector.set_memory_budget(budget);
+                collector.set_writer_policy(self.writer_policy);
+            }
+            Kind::Subdirectories(reader) => {
+                reader.set_memory_budget(budget);
+                reader.set_writer_policy(self.writer_policy);
+            }
         }
     }
 

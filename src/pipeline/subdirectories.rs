@@ -27,8 +27,10 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::pipeline::lifecycle::WriterReport;
 use crate::pipeline::{CollectStats, Collection, Collector};
 use crate::source::link_policy::LinkPolicy;
+use crate::source::writers::WriterPolicy;
 use crate::source::{Input, MemoryBudget, Problem, SkipReason};
 use crate::transform::combine::{combine, Conflict, Part};
 
@@ -43,6 +45,8 @@ pub struct SubdirectoryReader {
     readers: BTreeMap<PathBuf, Collector>,
     /// The memory budget the readers share, if any.
     memory_budget: Option<Arc<MemoryBudget>>,
+    /// What the readers do about writers.
+    writer_policy: WriterPolicy,
 }
 
 /// The result of one [`SubdirectoryReader::collect`].
@@ -75,7 +79,16 @@ impl SubdirectoryReader {
             link_policy,
             readers: BTreeMap::new(),
             memory_budget: None,
+            writer_policy: WriterPolicy::exact(),
         }
+    }
+
+    /// Applies `policy` to every subdirectory's reader.
+    pub fn set_writer_policy(&mut self, policy: WriterPolicy) {
+        for reader in self.readers.values_mut() {
+            reader.set_writer_policy(policy);
+        }
+        self.writer_policy = policy;
     }
 
     /// Shares `budget` with every subdirectory's reader.
@@ -122,6 +135,7 @@ impl SubdirectoryReader {
         let mut out = SubdirectoryCollection::default();
         let mut problems = Vec::new();
         let mut stats = CollectStats::default();
+        let mut writers = WriterReport::default();
         let mut subdirectories: Vec<(Arc<str>, PathBuf)> = Vec::new();
         let mut names: HashSet<OsString> = HashSet::new();
         for parent in &self.parents {
@@ -158,11 +172,13 @@ impl SubdirectoryReader {
                     out.appeared.push(path.clone());
                     let mut reader = Collector::with_link_policy(self.link_policy);
                     reader.set_memory_budget(self.memory_budget.clone());
+                    reader.set_writer_policy(self.writer_policy);
                     reader
                 }
             };
             let collection = reader.collect(&[Input::Directory(path.clone())]);
             add_stats(&mut stats, &collection.stats);
+            writers.add(&collection.writers);
             problems.extend(collection.problems);
             parts.push(Part {
                 value,
@@ -183,6 +199,7 @@ impl SubdirectoryReader {
             families: combined.families,
             problems,
             stats,
+            writers,
         };
         out.conflicts = combined.conflicts;
         out

@@ -41,6 +41,7 @@ use axum::Router;
 
 use crate::expose::negotiate::{gzip_accepted, name_params, negotiate, Negotiation};
 use crate::source::link_policy::LinkPolicy;
+use crate::source::writers::WriterPolicy;
 use crate::source::MemoryBudget;
 use crate::transform::config::{Config, ConfigError};
 
@@ -97,6 +98,10 @@ pub struct Settings {
     pub link_policy: LinkPolicy,
     /// The memory budget of the records read (`--memory.budget`), if any.
     pub memory_budget: Option<Arc<MemoryBudget>>,
+    /// What is done about the writer processes (`--writers.*`).
+    pub writer_policy: WriterPolicy,
+    /// Dead writers' files that make a warning (`--writers.dead-files-warning`; 0: never).
+    pub dead_files_warning: usize,
     /// Metrics path (starts with `/`).
     pub telemetry_path: String,
     /// Whether to append the exporter's own metrics.
@@ -133,6 +138,8 @@ impl AppState {
                 settings.subdirectories_label,
                 settings.link_policy,
                 settings.memory_budget,
+                settings.writer_policy,
+                settings.dead_files_warning,
             ),
             dirs: settings.dirs,
             telemetry_path: settings.telemetry_path,
@@ -558,6 +565,8 @@ mod tests {
             subdirectories_label: None,
             link_policy: LinkPolicy::default(),
             memory_budget: None,
+            writer_policy: WriterPolicy::default(),
+            dead_files_warning: 1000,
             telemetry_path: "/metrics".into(),
             exporter_metrics,
             openmetrics: true,
@@ -626,7 +635,9 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("# EOF"));
-        assert!(text.contains("# TYPE process_cpu_seconds_total counter\n"));
+        // The exporter's own process values, named apart from the writers'.
+        assert!(text.contains("# TYPE multiproc_exporter_process_cpu_seconds_total counter\n"));
+        assert!(!text.contains("# TYPE process_"));
         let response = app
             .clone()
             .oneshot(

@@ -34,6 +34,7 @@ use crate::pipeline::{self, Gathered, Source};
 use crate::server::telemetry::events::Reporter;
 use crate::server::telemetry::self_metrics::{self, SelfMetrics};
 use crate::source::link_policy::LinkPolicy;
+use crate::source::writers::WriterPolicy;
 use crate::source::Input;
 use crate::source::MemoryBudget;
 use crate::transform::config::Config;
@@ -147,14 +148,17 @@ impl Scraper {
         subdirectories_label: Option<Arc<str>>,
         link_policy: LinkPolicy,
         memory_budget: Option<Arc<MemoryBudget>>,
+        writer_policy: WriterPolicy,
+        dead_files_warning: usize,
     ) -> Self {
         let inputs: Vec<Input> = dirs.iter().cloned().map(Input::Directory).collect();
         Self {
             reads_subdirectories: subdirectories_label.is_some(),
             state: Mutex::new(ScrapeState {
                 source: Source::new(inputs.clone(), subdirectories_label, link_policy)
-                    .with_memory_budget(memory_budget),
-                reporter: Reporter::default(),
+                    .with_memory_budget(memory_budget)
+                    .with_writer_policy(writer_policy),
+                reporter: Reporter::new(dead_files_warning),
             }),
             inputs,
             in_flight: Mutex::new(InFlight::default()),

@@ -26,6 +26,7 @@ mod listing;
 mod mapped;
 mod reader;
 mod skip;
+pub mod writers;
 
 use std::path::{Path, PathBuf};
 

@@ -71,6 +71,13 @@ pub struct ReadFile<'a> {
     pub position: usize,
     /// Its path.
     pub path: PathBuf,
+    /// Its device and inode.
+    pub identity: (u64, u64),
+    /// When it was created (or changed, where the file system keeps no
+    /// birth time), in seconds since the Unix epoch.
+    pub born: f64,
+    /// The bytes its header says are used.
+    pub used_bytes: usize,
     /// What the merge needs: name, keys, values and structure generation.
     pub merge: MergeInput<'a>,
 }
@@ -277,6 +284,9 @@ impl Reader {
                 let cached = cache.get(path.as_os_str())?;
                 Some(ReadFile {
                     position,
+                    identity: (cached.device, cached.inode),
+                    born: cached.born.0 as f64 + f64::from(cached.born.1 as u32) * 1e-9,
+                    used_bytes: cached.parsed_until,
                     merge: MergeInput {
                         name: &cached.name,
                         keys: &cached.keys,

@@ -331,6 +331,8 @@ def check_added_sidecar(deployment, flags, version):
     volume = next(v for v in spec["volumes"] if v["name"] == vllm_mount["name"])
     ensure(volume.get("emptyDir") is not None, "the shared volume is an emptyDir")
     ensure(pod["metadata"]["annotations"].get("prometheus.io/port") == str(EXPORTER_PORT), "prometheus.io/port annotation")
+    ensure(spec.get("shareProcessNamespace") is True, "the pod shares its pid namespace, so the exporter sees vLLM's processes")
+    ensure("--writers.liveness=proc" in exporter.get("args", []), "the exporter trusts /proc for writer liveness (vLLM's open files are another user's)")
 
 
 def check_existing_deployment(objects, flags, version):

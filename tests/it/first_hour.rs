@@ -37,7 +37,11 @@ fn dump_exit_codes_say_whether_anything_could_be_read() {
     // Every file unreadable: exit 1.
     let bad = tempfile::tempdir().unwrap();
     std::fs::write(bad.path().join("counter_1.db"), b"bad").unwrap();
-    let (code, _, stderr) = run_exporter(&["dump", bad.path().to_str().unwrap()]);
+    let (code, _, stderr) = run_exporter(&[
+        "dump",
+        "--writers.pending-grace=0",
+        bad.path().to_str().unwrap(),
+    ]);
     assert_eq!(code, 1, "{stderr}");
     assert!(
         stderr.contains("none of the 1 metric files could be read"),

@@ -233,7 +233,7 @@ fn self_metrics_are_appended_and_valid_in_every_format() {
         );
         assert!(own.contains("multiproc_exporter_scrape_files_read 10.0\n"));
         assert!(own.contains("multiproc_exporter_scrape_families 5.0\n"));
-        assert!(own.contains("# TYPE process_cpu_seconds"));
+        assert!(own.contains("# TYPE multiproc_exporter_process_cpu_seconds"));
         if *format == "openmetrics" {
             assert_eq!(body.matches("# EOF").count(), 1);
             assert!(body.ends_with("\n# EOF\n"));

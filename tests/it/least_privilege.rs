@@ -154,7 +154,8 @@ fn never_writes_creates_or_deletes_in_the_metrics_directory() {
     std::fs::write(dir.join("app.db"), b"SQLite format 3\0").unwrap();
     let before = snapshot(&dir);
 
-    let mut exporter = Exporter::start(&["--dir", dir.to_str().unwrap()]);
+    let mut exporter =
+        Exporter::start(&["--dir", dir.to_str().unwrap(), "--writers.pending-grace=0"]);
     for round in 0..20 {
         let accept = if round % 2 == 0 {
             "*/*"

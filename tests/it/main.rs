@@ -22,6 +22,7 @@ mod least_privilege;
 mod live_writers;
 mod reader;
 mod robustness;
+mod writers;
 
 // The server: HTTP, configuration, web config, limits, load.
 mod config;

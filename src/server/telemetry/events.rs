@@ -7,8 +7,10 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::pipeline::lifecycle::WriterReport;
 use crate::pipeline::{Event, Gathered};
 use crate::server::telemetry::self_metrics::SelfMetrics;
+use crate::source::writers::Visibility;
 use crate::source::{Problem, SkipReason};
 use crate::transform::Collision;
 
@@ -23,6 +25,12 @@ type LoggedConflict = (Arc<str>, Arc<str>, &'static str);
 /// What has been logged, so that a persisting problem is logged once.
 #[derive(Debug, Default)]
 pub(crate) struct Reporter {
+    /// Dead writers' files that make a warning (0: never).
+    dead_files_warning: usize,
+    /// Whether the dead writers' files are past that threshold (logged).
+    dead_files_warned: bool,
+    /// Whether writers were visible at the last collection with files.
+    visible: Option<bool>,
     /// Paths currently left out, with the reason last logged.
     bad: HashMap<PathBuf, SkipReason>,
     /// Subdirectory conflicts currently present.
@@ -32,6 +40,15 @@ pub(crate) struct Reporter {
 }
 
 impl Reporter {
+    /// A reporter warning when dead writers' files number at least
+    /// `dead_files_warning` (0: never).
+    pub(crate) fn new(dead_files_warning: usize) -> Self {
+        Self {
+            dead_files_warning,
+            ..Self::default()
+        }
+    }
+
     /// Logs and counts what one collection found.
     pub(crate) fn collection(
         &mut self,
@@ -42,10 +59,12 @@ impl Reporter {
         metrics: Option<&SelfMetrics>,
     ) {
         self.problems(&gathered.collection.problems);
+        self.writers(&gathered.collection.writers);
         let conflicts = self.events(&gathered.events);
         if let Some(m) = metrics {
             m.observe_scrape(
                 &gathered.collection.stats,
+                &gathered.collection.writers,
                 &gathered.collection.problems,
                 families,
                 elapsed,
@@ -84,6 +103,47 @@ impl Reporter {
                 );
             }
         }
+    }
+
+    /// Logs whether writers are visible (at the first collection with files,
+    /// then when it changes) and dead writers' files passing the threshold.
+    fn writers(&mut self, report: &WriterReport) {
+        let files: usize = report.files.iter().sum();
+        if files > 0 {
+            let visible = matches!(
+                report.visibility,
+                Some(Visibility::Confirmed | Visibility::Assumed)
+            );
+            if self.visible != Some(visible) {
+                match report.visibility {
+                    Some(Visibility::Confirmed) => tracing::info!(
+                        "Writer processes are visible: the live gauges of writers that exited are left out, files being created are pending, live writers' process_* metrics are served."
+                    ),
+                    Some(Visibility::Assumed) => tracing::info!(
+                        "Writer liveness is taken from /proc (--writers.liveness=proc)."
+                    ),
+                    Some(Visibility::Off) => tracing::info!(
+                        "Writer liveness is off (--writers.liveness=off): serving as prometheus_client would."
+                    ),
+                    _ => tracing::info!(
+                        "Writer processes are not visible (another pid namespace, or their open files cannot be read): serving as prometheus_client would; live gauges of writers that exited stay until mark_process_dead. See --writers.liveness and docs/deployment.md."
+                    ),
+                }
+                self.visible = Some(visible);
+            }
+        }
+        let dead_files = report.files[1];
+        let past = self.dead_files_warning > 0 && dead_files >= self.dead_files_warning;
+        if past && !self.dead_files_warned {
+            tracing::warn!(
+                dead_files,
+                dead_writers = report.writers[1],
+                dead_bytes = report.bytes[1],
+                threshold = self.dead_files_warning,
+                "Writers that exited left many files in the metrics directory; they slow every scrape. See docs/troubleshooting.md (dead writers)."
+            );
+        }
+        self.dead_files_warned = past;
     }
 
     /// Logs paths that turned bad or changed reason, and those that recovered.

@@ -52,6 +52,23 @@ impl FamilyList {
         );
     }
 
+    /// A gauge with one sample per label set, in the order given.
+    pub(crate) fn gauge_series(
+        &mut self,
+        name: &str,
+        help: &str,
+        series: Vec<(Vec<(&str, &str)>, f64)>,
+    ) {
+        let samples = series
+            .into_iter()
+            .map(|(labels, value)| {
+                let labels = Labels::new(labels.iter().map(|&(n, v)| (Arc::from(n), Arc::from(v))));
+                sample(name, labels, value)
+            })
+            .collect();
+        self.push(name, help, MetricType::Gauge, samples);
+    }
+
     /// A gauge or counter with one sample per value of the label `label`,
     /// sorted by that value.
     pub(crate) fn by_label<'a>(
@@ -77,6 +94,11 @@ impl FamilyList {
             })
             .collect();
         self.push(name, help, metric_type, samples);
+    }
+
+    /// Families built elsewhere, in order.
+    pub(crate) fn extend(&mut self, families: impl IntoIterator<Item = MetricFamily>) {
+        self.families.extend(families);
     }
 
     /// The families.

@@ -21,13 +21,15 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 
-use crate::model::{MetricFamily, MetricType};
+use crate::model::{Labels, MetricFamily, MetricType};
 use crate::pipeline::CollectStats;
 use crate::source::{Problem, SkipReason};
 
+use crate::pipeline::lifecycle::WriterReport;
 use crate::server::telemetry::families::FamilyList;
-use crate::server::telemetry::process::ProcessStats;
 use crate::server::telemetry::web_metrics::WebMetrics;
+use crate::server::telemetry::writer_metrics::WriterMetrics;
+use crate::source::writers::procfs::{ProcessStats, PROC};
 
 /// Label set of the labelled self-metrics: one `(name, value)` pair.
 type OneLabel = Vec<(&'static str, String)>;
@@ -57,6 +59,8 @@ pub(crate) struct SelfMetrics {
     /// The HTTP side's metrics (connections, refused requests, web
     /// configuration reloads).
     pub(crate) web: WebMetrics,
+    /// The writer processes (the directory hygiene report).
+    writers: WriterMetrics,
 }
 
 /// Every `reason` label value of `multiproc_exporter_scrape_files_skipped`
@@ -99,6 +103,7 @@ impl SelfMetrics {
             subdirectories: Gauge::default(),
             subdirectory_conflicts: Family::default(),
             web: WebMetrics::new(),
+            writers: WriterMetrics::default(),
         };
         for reason in skip_reasons() {
             m.files_skipped
@@ -123,12 +128,14 @@ impl SelfMetrics {
     pub(crate) fn observe_scrape(
         &self,
         stats: &CollectStats,
+        writers: &WriterReport,
         problems: &[Problem],
         families: usize,
         duration: Duration,
         panicked: bool,
     ) {
         self.scrape_duration.set(duration.as_secs_f64());
+        self.writers.observe(writers);
         self.files_read.set(count(stats.files_merged));
         self.records.set(count(stats.records));
         self.bytes_read
@@ -294,6 +301,7 @@ impl SelfMetrics {
             self.watch_rescans.get() as f64,
         );
         self.web.add_families(&mut out);
+        self.writers.add_families(p, &mut out);
         if self.subdirectory_metrics {
             out.gauge(
                 &format!("{p}scrape_subdirectories"),
@@ -311,7 +319,13 @@ impl SelfMetrics {
             );
         }
         if self.process {
-            ProcessStats::read().add_families(&mut out);
+            // Named apart from the writers' `process_*` series, so that no
+            // query mixes the exporter with the processes it reads.
+            let own = ProcessStats::read(&std::path::Path::new(PROC).join("self"));
+            out.extend(ProcessStats::families(
+                &format!("{p}process_"),
+                &[(Labels::default(), own)],
+            ));
         }
         out.into_families()
     }
@@ -368,6 +382,13 @@ mod tests {
                 directories_present: 1,
                 ..CollectStats::default()
             },
+            &WriterReport {
+                writers: [2, 1, 0],
+                files: [6, 2, 0],
+                pending: 1,
+                dead_gauge_files: vec![(crate::format::file_name::GaugeMode::LiveSum, false, 1)],
+                ..WriterReport::default()
+            },
             &[Problem {
                 path: "/x/counter_1.db".into(),
                 reason: SkipReason::PermissionDenied,
@@ -403,6 +424,13 @@ mod tests {
                 "multiproc_exporter_web_config_last_reload_successful",
                 "multiproc_exporter_web_config_last_reload_success_timestamp_seconds",
                 "multiproc_exporter_web_config_reloads",
+                "multiproc_exporter_writers_visible",
+                "multiproc_exporter_writers",
+                "multiproc_exporter_writer_files",
+                "multiproc_exporter_writer_file_bytes",
+                "multiproc_exporter_writer_records",
+                "multiproc_exporter_scrape_files_pending",
+                "multiproc_exporter_dead_writer_gauge_files",
             ]
         );
         let text =
@@ -441,8 +469,17 @@ mod tests {
              multiproc_exporter_config_reloads_total{result=\"failure\"} 1.0\n"
         ));
         assert!(om.contains("multiproc_exporter_watch_rescans_total 0.0\n"));
+        assert!(
+            om.contains("multiproc_exporter_web_config_reloads_total{result=\"success\"} 0.0\n")
+        );
+        assert!(text.contains("multiproc_exporter_writers{state=\"dead\"} 1.0\n"));
+        assert!(text.contains("multiproc_exporter_writer_files{state=\"live\"} 6.0\n"));
+        assert!(text.contains("multiproc_exporter_scrape_files_pending 1.0\n"));
+        assert!(text.contains(
+            "multiproc_exporter_dead_writer_gauge_files{mode=\"livesum\",served=\"false\"} 1.0\n"
+        ));
         assert!(om.ends_with(
-            "multiproc_exporter_web_config_reloads_total{result=\"success\"} 0.0\n# EOF\n"
+            "multiproc_exporter_dead_writer_gauge_files{mode=\"livemostrecent\",served=\"true\"} 0.0\n# EOF\n"
         ));
     }
 

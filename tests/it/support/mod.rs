@@ -649,6 +649,13 @@ pub(crate) fn python_expositions(
         .collect()
 }
 
+/// What prometheus_client 0.26.0 prints for `files`, in that order.
+pub(crate) fn python_exposition(python: &Path, files: Vec<PathBuf>) -> Exposition {
+    python_expositions(python, &[("files".into(), files)])
+        .remove("files")
+        .expect("an exposition")
+}
+
 /// A text exposition as its sorted family blocks (from one `# HELP` line to
 /// the next), for comparing outputs whose family order may legitimately
 /// differ (it follows the order in which files are listed).

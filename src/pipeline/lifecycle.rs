@@ -1,0 +1,234 @@
+//! Between reading and merging: what the writers' lifecycle means for each
+//! file ([`crate::source::writers`] says whether its writer is alive).
+//!
+//! * A dead writer's `live*` gauge files are left out, as if
+//!   `mark_process_dead` had been called (unless the policy keeps them), and
+//!   its `sum`, `min` and `max` gauge files too when the policy asks.
+//! * A file shorter than its header whose writer is alive, or that is
+//!   younger than the policy's grace period when liveness is unknown, is a
+//!   file being created: pending, not a problem.
+//! * Files, bytes and records are counted by writer state, and the live
+//!   writers' standard `process_*` values are read.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::format::file_name::{writer_pid, FileName, GaugeMode};
+use crate::format::layout::LayoutError;
+use crate::model::{Labels, MetricFamily};
+use crate::source::writers::procfs::ProcessStats;
+use crate::source::writers::{live_process_dir, Visibility, WriterState, Writers, WrittenFile};
+use crate::source::{Problem, ReadFile, SkipReason};
+
+/// What one collection found about the writers.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WriterReport {
+    /// Whether writers could be seen.
+    pub visibility: Option<Visibility>,
+    /// Distinct writers (pids) by state, in [`WriterState::ALL`]'s order
+    /// (files whose name gives no pid count as one unknown writer each).
+    pub writers: [usize; 3],
+    /// Files merged or left out for their writer's death, by state.
+    pub files: [usize; 3],
+    /// Their used bytes, by state.
+    pub bytes: [u64; 3],
+    /// Their records, by state (the share of a scrape's work).
+    pub records: [usize; 3],
+    /// Files being created (short, writer alive or file young).
+    pub pending: usize,
+    /// Dead writers' gauge files by mode: (mode, served, files).
+    pub dead_gauge_files: Vec<(GaugeMode, bool, usize)>,
+    /// The live writers' `process_*` families (empty unless asked for).
+    pub process_families: Vec<MetricFamily>,
+}
+
+impl WriterReport {
+    /// Adds another directory's report (its process families stay with its
+    /// own families); writers are seen if they are in any directory.
+    pub fn add(&mut self, other: &WriterReport) {
+        for i in 0..3 {
+            self.writers[i] += other.writers[i];
+            self.files[i] += other.files[i];
+            self.bytes[i] += other.bytes[i];
+            self.records[i] += other.records[i];
+        }
+        self.pending += other.pending;
+        for &(mode, served, n) in &other.dead_gauge_files {
+            match self
+                .dead_gauge_files
+                .iter_mut()
+                .find(|(m, s, _)| *m == mode && *s == served)
+            {
+                Some(entry) => entry.2 += n,
+                None => self.dead_gauge_files.push((mode, served, n)),
+            }
+        }
+        self.dead_gauge_files
+            .sort_by_key(|(mode, served, _)| (mode.as_str(), !*served));
+        let rank = |v: Option<Visibility>| match v {
+            Some(Visibility::Confirmed | Visibility::Assumed) => 3,
+            Some(Visibility::Unconfirmed) => 2,
+            Some(Visibility::Off) => 1,
+            None => 0,
+        };
+        if rank(other.visibility) > rank(self.visibility) {
+            self.visibility = other.visibility;
+        }
+    }
+}
+
+/// Index of a state in the report's arrays.
+fn slot(state: WriterState) -> usize {
+    WriterState::ALL
+        .iter()
+        .position(|s| *s == state)
+        .unwrap_or(2)
+}
+
+fn seconds(time: std::io::Result<std::time::SystemTime>) -> Option<f64> {
+    time.ok()?
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .map(|d| d.as_secs_f64())
+}
+
+/// What the writer check needs of a file on disk (`None` if it is gone).
+fn written(path: &Path) -> Option<WrittenFile> {
+    let meta = std::fs::metadata(path).ok()?;
+    let born = seconds(meta.created()).or_else(|| seconds(meta.modified()))?;
+    let name = path.file_name()?.to_str()?;
+    Some(WrittenFile {
+        pid: writer_pid(name),
+        identity: (meta.dev(), meta.ino()),
+        born,
+    })
+}
+
+/// Decides, for one collection, which read files are merged and which
+/// problems are only files being created. Returns whether each file of
+/// `files` is kept, and the report; `problems` loses the pending files.
+pub fn sort_out(
+    writers: &mut Writers,
+    files: &[ReadFile<'_>],
+    problems: &mut Vec<(usize, Problem)>,
+) -> (Vec<bool>, WriterReport) {
+    let policy = writers.policy();
+    let mut report = WriterReport {
+        visibility: Some(writers.visibility()),
+        ..WriterReport::default()
+    };
+    // The files read, then the short files among the problems.
+    let short: Vec<usize> = problems
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, p))| {
+            matches!(
+                p.reason,
+                SkipReason::Layout(LayoutError::ShorterThanHeader { .. })
+            )
+        })
+        .map(|(i, _)| i)
+        .collect();
+    let mut asked: Vec<WrittenFile> = files
+        .iter()
+        .map(|f| WrittenFile {
+            pid: f
+                .path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(writer_pid),
+            identity: f.identity,
+            born: f.born,
+        })
+        .collect();
+    let short_files: Vec<Option<WrittenFile>> = short
+        .iter()
+        .map(|&i| written(&problems[i].1.path))
+        .collect();
+    asked.extend(short_files.iter().flatten().copied());
+    let census = writers.census(&asked);
+    report.visibility = Some(writers.visibility());
+
+    let mut keep = Vec::with_capacity(files.len());
+    let mut pids: [Vec<u32>; 3] = Default::default();
+    let mut dead_gauges: Vec<(GaugeMode, bool, usize)> = Vec::new();
+    for (file, (state, written)) in files.iter().zip(census.states.iter().zip(&asked)) {
+        let s = slot(*state);
+        match written.pid {
+            Some(pid) => pids[s].push(pid),
+            None => report.writers[s] += 1,
+        }
+        report.files[s] += 1;
+        report.bytes[s] += file.used_bytes as u64;
+        report.records[s] += file.merge.keys.len();
+        let mut kept = true;
+        if *state == WriterState::Dead {
+            let name =
+                FileName::parse(&file.path.file_name().unwrap_or_default().to_string_lossy());
+            if let Some(mode) = name
+                .gauge_mode_name
+                .as_deref()
+                .and_then(GaugeMode::from_name)
+            {
+                kept = if mode.is_live() {
+                    policy.keep_dead_live_gauges
+                } else {
+                    !(policy.drop_dead_gauges
+                        && matches!(mode, GaugeMode::Sum | GaugeMode::Min | GaugeMode::Max))
+                };
+                match dead_gauges
+                    .iter_mut()
+                    .find(|(m, k, _)| *m == mode && *k == kept)
+                {
+                    Some(entry) => entry.2 += 1,
+                    None => dead_gauges.push((mode, kept, 1)),
+                }
+            }
+        }
+        keep.push(kept);
+    }
+    for p in &mut pids {
+        p.sort_unstable();
+        p.dedup();
+    }
+    for (s, p) in pids.iter().enumerate() {
+        report.writers[s] += p.len();
+    }
+    dead_gauges.sort_by_key(|(mode, kept, _)| (mode.as_str(), !*kept));
+    report.dead_gauge_files = dead_gauges;
+
+    // Short files: pending when their writer is alive, or young while
+    // liveness is unknown; a dead writer's stays a problem.
+    let now = seconds(Ok(std::time::SystemTime::now())).unwrap_or(0.0);
+    let mut short_states = census.states[files.len()..].iter();
+    let mut pending = Vec::new();
+    for (&index, written) in short.iter().zip(&short_files) {
+        let Some(written) = written else { continue };
+        let state = short_states.next().copied().unwrap_or(WriterState::Unknown);
+        let young = now - written.born < policy.pending_grace.as_secs_f64();
+        if state == WriterState::Live || (state == WriterState::Unknown && young) {
+            pending.push(index);
+        }
+    }
+    report.pending = pending.len();
+    for index in pending.into_iter().rev() {
+        problems.remove(index);
+    }
+
+    if policy.process_metrics && !census.live.is_empty() {
+        let mut live = census.live.clone();
+        live.dedup_by_key(|(pid, _)| *pid);
+        let processes: Vec<(Labels, ProcessStats)> = live
+            .iter()
+            .map(|&(pid, host)| {
+                (
+                    Labels::new([(Arc::from("pid"), Arc::from(pid.to_string()))]),
+                    ProcessStats::read(&live_process_dir(host)),
+                )
+            })
+            .collect();
+        report.process_families = ProcessStats::families("process_", &processes);
+    }
+    (keep, report)
+}

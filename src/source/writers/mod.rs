@@ -1,0 +1,404 @@
+//! The processes that write the files: which one wrote each file (the pid in
+//! its name), and whether it is alive, decided from `/proc`.
+//!
+//! A file's writer is alive when a process with that pid exists, started no
+//! later than the file was created (so a pid reused by a later process does
+//! not revive a dead writer), and, where its open descriptors can be read,
+//! holds the file open (prometheus_client keeps every file it writes open
+//! for the life of the process). Pids are looked up directly in `/proc`, and
+//! through each process's innermost pid (`NSpid`) when the exporter sees
+//! nested pid namespaces (a DaemonSet with `hostPID`).
+//!
+//! Whether the writers' pid namespace is visible at all is decided, in the
+//! default `auto` mode, by evidence: once a process is seen holding one of
+//! the files its name says it wrote, absent processes mean dead writers.
+//! Until then (another pid namespace, or descriptors that cannot be read)
+//! every writer is `unknown` and the output is prometheus_client's. The
+//! `proc` mode trusts `/proc` without that evidence (a sidecar sharing the
+//! pod's pid namespace but running as another user); `off` never looks.
+
+pub mod procfs;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// How the liveness of writers is decided (`--writers.liveness`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LivenessMode {
+    /// From `/proc` once a writer is seen holding its file; until then unknown.
+    #[default]
+    Auto,
+    /// From `/proc`, trusted without evidence (the pid namespace is shared).
+    Proc,
+    /// Never: every writer is unknown (prometheus_client's semantics).
+    Off,
+}
+
+/// What the exporter does about writers (validated settings).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriterPolicy {
+    /// How liveness is decided.
+    pub liveness: LivenessMode,
+    /// Serve a dead writer's `live*` gauges anyway (prometheus_client's
+    /// output when nobody calls `mark_process_dead`).
+    pub keep_dead_live_gauges: bool,
+    /// Leave out a dead writer's `sum`, `min` and `max` gauges.
+    pub drop_dead_gauges: bool,
+    /// Serve the standard `process_*` metrics of the live writers.
+    pub process_metrics: bool,
+    /// How old a file shorter than its header may be, while its writer's
+    /// liveness is unknown, and still be taken for one being created
+    /// (pending, not a problem). Zero: never.
+    pub pending_grace: Duration,
+}
+
+impl Default for WriterPolicy {
+    fn default() -> Self {
+        Self {
+            liveness: LivenessMode::Auto,
+            keep_dead_live_gauges: false,
+            drop_dead_gauges: false,
+            process_metrics: true,
+            pending_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+impl WriterPolicy {
+    /// prometheus_client's semantics: no liveness, nothing dropped, no
+    /// process metrics, every short file a problem.
+    pub fn exact() -> Self {
+        Self {
+            liveness: LivenessMode::Off,
+            keep_dead_live_gauges: true,
+            drop_dead_gauges: false,
+            process_metrics: false,
+            pending_grace: Duration::ZERO,
+        }
+    }
+}
+
+/// A writer's state, as the `state` label says it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WriterState {
+    /// Its process is running.
+    Live,
+    /// Its process has exited (its files can no longer change).
+    Dead,
+    /// Its process cannot be seen (or the name gives no pid).
+    Unknown,
+}
+
+impl WriterState {
+    /// Every state, in the order the self-metrics list them.
+    pub const ALL: [WriterState; 3] = [Self::Live, Self::Dead, Self::Unknown];
+
+    /// The `state` label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Live => "live",
+            Self::Dead => "dead",
+            Self::Unknown => "unknown",
+        }
+    }
+}
+
+/// Whether the writers' processes can be seen, as last decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Visibility {
+    /// `--writers.liveness=off`.
+    Off,
+    /// No writer seen holding its file yet: states are unknown.
+    Unconfirmed,
+    /// A writer was seen holding its file: `/proc` is trusted.
+    Confirmed,
+    /// `--writers.liveness=proc`: `/proc` is trusted.
+    Assumed,
+}
+
+/// A file whose writer is asked about.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct WrittenFile {
+    /// The writer's pid, from the file's name.
+    pub pid: Option<u32>,
+    /// The file's device and inode.
+    pub identity: (u64, u64),
+    /// When the file was created (or last changed, where the file system
+    /// keeps no birth time), in seconds since the Unix epoch.
+    pub born: f64,
+}
+
+/// A process's start time may be read up to a second late (`btime` is whole
+/// seconds): a process that started this much after a file was created may
+/// still have created it.
+const START_SLACK_SECONDS: f64 = 1.0;
+
+/// How long a pid's lookup in `/proc` is reused for files not decided yet.
+const LOOKUP_TTL: Duration = Duration::from_secs(2);
+
+/// How often the table of nested pid namespaces is rebuilt.
+const NAMESPACE_TABLE_TTL: Duration = Duration::from_secs(30);
+
+/// A process that may be a file's writer.
+#[derive(Clone, Debug)]
+struct Candidate {
+    /// Its pid as the exporter sees it.
+    host: u32,
+    /// When it started.
+    start: f64,
+    /// The files it holds open; `None` if they cannot be read.
+    open: Option<Vec<(u64, u64)>>,
+}
+
+/// What is known of a file's writer.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Verdict {
+    /// Alive as the process `host` started at `start` (rechecked each time).
+    Alive { host: u32, start: f64 },
+    /// Dead: final (the file can no longer change).
+    Dead,
+}
+
+/// The innermost pids of processes in nested pid namespaces.
+#[derive(Debug, Default)]
+struct NamespaceTable {
+    built: Option<Instant>,
+    /// Innermost pid -> pids as the exporter sees them (only processes whose
+    /// innermost pid differs from the exporter's view).
+    nested: HashMap<u32, Vec<u32>>,
+}
+
+/// Tracks the writers of a set of files across collections.
+#[derive(Debug)]
+pub struct Writers {
+    policy: WriterPolicy,
+    visibility: Visibility,
+    verdicts: HashMap<(u64, u64), Verdict>,
+    lookups: HashMap<u32, (Instant, Vec<Candidate>)>,
+    namespaces: NamespaceTable,
+    self_pid: u32,
+}
+
+/// The states of one collection's files, and the live writers' processes.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Census {
+    /// Each file's writer state, in the order asked.
+    pub states: Vec<WriterState>,
+    /// Live writers: (pid from the file names, pid as the exporter sees it).
+    pub live: Vec<(u32, u32)>,
+}
+
+impl Writers {
+    /// A tracker applying `policy`.
+    pub fn new(policy: WriterPolicy) -> Self {
+        let visibility = match policy.liveness {
+            LivenessMode::Auto => Visibility::Unconfirmed,
+            LivenessMode::Proc => Visibility::Assumed,
+            LivenessMode::Off => Visibility::Off,
+        };
+        Self {
+            policy,
+            visibility,
+            verdicts: HashMap::new(),
+            lookups: HashMap::new(),
+            namespaces: NamespaceTable::default(),
+            self_pid: std::process::id(),
+        }
+    }
+
+    /// The policy applied.
+    pub fn policy(&self) -> WriterPolicy {
+        self.policy
+    }
+
+    /// Whether writers can be seen, as last decided.
+    pub fn visibility(&self) -> Visibility {
+        self.visibility
+    }
+
+    /// The state of each file's writer. Dead verdicts are kept (a dead
+    /// writer's file cannot change); live ones are checked again each time
+    /// (one read of the process's start time).
+    pub fn census(&mut self, files: &[WrittenFile]) -> Census {
+        if self.visibility == Visibility::Off {
+            return Census {
+                states: vec![WriterState::Unknown; files.len()],
+                live: Vec::new(),
+            };
+        }
+        let now = Instant::now();
+        let unconfirmed = self.visibility == Visibility::Unconfirmed;
+        let mut starts: HashMap<u32, Option<f64>> = HashMap::new();
+        let mut states = Vec::with_capacity(files.len());
+        let mut live: Vec<(u32, u32)> = Vec::new();
+        for file in files {
+            let Some(pid) = file.pid else {
+                states.push(WriterState::Unknown);
+                continue;
+            };
+            let state = match self.verdicts.get(&file.identity).copied() {
+                Some(Verdict::Dead) => WriterState::Dead,
+                Some(Verdict::Alive { host, start }) => {
+                    let current = *starts
+                        .entry(host)
+                        .or_insert_with(|| procfs::start_time(&procfs::process_dir(host)));
+                    if current == Some(start) {
+                        live.push((pid, host));
+                        WriterState::Live
+                    } else {
+                        self.verdicts.remove(&file.identity);
+                        self.lookups.remove(&pid);
+                        self.decide(pid, file, now, &mut live)
+                    }
+                }
+                None => self.decide(pid, file, now, &mut live),
+            };
+            states.push(state);
+        }
+        // Evidence found on a file listed after others: decide those again.
+        if unconfirmed && self.visibility == Visibility::Confirmed {
+            for (file, state) in files.iter().zip(states.iter_mut()) {
+                if let (WriterState::Unknown, Some(pid)) = (*state, file.pid) {
+                    *state = self.decide(pid, file, now, &mut live);
+                }
+            }
+        }
+        // Forget what no file asked about (vanished files, exited pids).
+        if self.verdicts.len() > 2 * files.len() + 1024 {
+            let asked: std::collections::HashSet<(u64, u64)> =
+                files.iter().map(|f| f.identity).collect();
+            self.verdicts.retain(|id, _| asked.contains(id));
+        }
+        self.lookups
+            .retain(|_, (at, _)| now.duration_since(*at) < LOOKUP_TTL);
+        live.sort_unstable();
+        live.dedup();
+        Census { states, live }
+    }
+
+    fn decide(
+        &mut self,
+        pid: u32,
+        file: &WrittenFile,
+        now: Instant,
+        live: &mut Vec<(u32, u32)>,
+    ) -> WriterState {
+        let mut candidates = self.candidates(pid, now, false);
+        let (mut holder, mut possible) = Self::weigh(&candidates, file);
+        if holder.is_none() && possible.is_none() && !candidates.is_empty() {
+            // The lookup may predate the file (a writer opens files as its
+            // metrics are first used): look again before calling it dead.
+            candidates = self.candidates(pid, now, true);
+            (holder, possible) = Self::weigh(&candidates, file);
+        }
+        if holder.is_some() && self.visibility == Visibility::Unconfirmed {
+            self.visibility = Visibility::Confirmed;
+        }
+        let trusted = matches!(self.visibility, Visibility::Confirmed | Visibility::Assumed);
+        // The holder, or else (trusted) a process whose files cannot be read.
+        if let Some(i) = holder.or(possible.filter(|_| trusted)) {
+            let (host, start) = (candidates[i].host, candidates[i].start);
+            self.verdicts
+                .insert(file.identity, Verdict::Alive { host, start });
+            live.push((pid, host));
+            return WriterState::Live;
+        }
+        match possible {
+            Some(_) => WriterState::Unknown,
+            None if trusted => {
+                self.verdicts.insert(file.identity, Verdict::Dead);
+                WriterState::Dead
+            }
+            None => WriterState::Unknown,
+        }
+    }
+
+    /// Among `candidates` that started before `file` was created: the one
+    /// holding it open, and the first whose open files cannot be read.
+    fn weigh(candidates: &[Candidate], file: &WrittenFile) -> (Option<usize>, Option<usize>) {
+        let mut holder = None;
+        let mut possible = None;
+        for (i, c) in candidates.iter().enumerate() {
+            if c.start > file.born + START_SLACK_SECONDS {
+                continue;
+            }
+            match &c.open {
+                Some(open) if open.contains(&file.identity) => holder = Some(i),
+                Some(_) => {}
+                None => possible = possible.or(Some(i)),
+            }
+        }
+        (holder, possible)
+    }
+
+    /// The processes that may have written files named with `pid`: the
+    /// process of that pid (if it is not the exporter), and those whose
+    /// innermost pid it is in a nested namespace.
+    /// Looked up again when `fresh` or older than [`LOOKUP_TTL`].
+    fn candidates(&mut self, pid: u32, now: Instant, fresh: bool) -> Vec<Candidate> {
+        if let Some((at, found)) = self.lookups.get(&pid) {
+            if !fresh && now.duration_since(*at) < LOOKUP_TTL {
+                return found.clone();
+            }
+        }
+        let mut hosts = Vec::new();
+        if pid != self.self_pid {
+            hosts.push(pid);
+        }
+        let stale = self
+            .namespaces
+            .built
+            .is_none_or(|at| now.duration_since(at) >= NAMESPACE_TABLE_TTL);
+        if stale {
+            self.namespaces = NamespaceTable::build(self.self_pid, now);
+        }
+        if let Some(nested) = self.namespaces.nested.get(&pid) {
+            hosts.extend(nested.iter().copied());
+        }
+        let found: Vec<Candidate> = hosts
+            .into_iter()
+            .filter_map(|host| {
+                let dir = procfs::process_dir(host);
+                let start = procfs::start_time(&dir)?;
+                Some(Candidate {
+                    host,
+                    start,
+                    open: procfs::open_files(&dir),
+                })
+            })
+            .collect();
+        self.lookups.insert(pid, (now, found.clone()));
+        found
+    }
+}
+
+impl NamespaceTable {
+    /// Reads every process's innermost pid; keeps those that differ from
+    /// the exporter's view of them.
+    fn build(self_pid: u32, now: Instant) -> Self {
+        let mut nested: HashMap<u32, Vec<u32>> = HashMap::new();
+        for host in procfs::processes() {
+            if host == self_pid {
+                continue;
+            }
+            if let Some(inner) = procfs::innermost_pid(&procfs::process_dir(host)) {
+                if inner != host {
+                    nested.entry(inner).or_default().push(host);
+                }
+            }
+        }
+        Self {
+            built: Some(now),
+            nested,
+        }
+    }
+}
+
+/// `/proc/<pid>` of a live writer, for its process metrics.
+pub fn live_process_dir(host: u32) -> PathBuf {
+    procfs::process_dir(host)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,290 @@
+//! What `/proc` says about a process: when it started, which files it holds
+//! open, which pid it has in its own namespace, and the standard `process_*`
+//! values, read from `/proc/<pid>` (Linux only). The exporter reads its own
+//! (`/proc/self`) the same way. A value that cannot be read is left out
+//! rather than exported as a bogus one, as the client-library guidelines ask.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use crate::model::{Labels, MetricFamily, MetricType, Sample};
+
+/// Where the kernel's process table is mounted.
+pub const PROC: &str = "/proc";
+
+/// Kernel clock ticks per second as `/proc` reports them (`USER_HZ`, which
+/// Linux fixes at 100 for user space on every architecture it exposes
+/// `/proc/<pid>/stat` on).
+const USER_HZ: f64 = 100.0;
+
+/// `/proc/<pid>` of a process.
+pub fn process_dir(pid: u32) -> PathBuf {
+    Path::new(PROC).join(pid.to_string())
+}
+
+/// The fields of a `stat` file after the command name (field 3 onwards).
+fn stat_fields(stat: &str) -> Option<Vec<&str>> {
+    let after = &stat[stat.rfind(')')? + 1..];
+    Some(after.split_whitespace().collect())
+}
+
+/// Field `n` (numbered as in proc(5)) of a `stat` file's fields.
+fn stat_field(fields: &[&str], n: usize) -> Option<u64> {
+    fields.get(n.checked_sub(3)?).and_then(|f| f.parse().ok())
+}
+
+/// The system's boot time in seconds since the Unix epoch (`btime`).
+fn boot_time() -> Option<u64> {
+    static BOOT: OnceLock<Option<u64>> = OnceLock::new();
+    *BOOT.get_or_init(|| {
+        std::fs::read_to_string(Path::new(PROC).join("stat"))
+            .ok()?
+            .lines()
+            .find_map(|l| l.strip_prefix("btime "))
+            .and_then(|v| v.trim().parse().ok())
+    })
+}
+
+/// When the process of `dir` (`/proc/<pid>`) started, in seconds since the
+/// Unix epoch (to the clock tick; `None` if it does not exist).
+pub fn start_time(dir: &Path) -> Option<f64> {
+    let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+    let fields = stat_fields(&stat)?;
+    Some(boot_time()? as f64 + stat_field(&fields, 22)? as f64 / USER_HZ)
+}
+
+/// The process's pid in its innermost pid namespace (the last `NSpid` field
+/// of `status`), which is the pid it names its files after.
+pub fn innermost_pid(dir: &Path) -> Option<u32> {
+    std::fs::read_to_string(dir.join("status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))
+        .and_then(|v| v.split_whitespace().last())
+        .and_then(|v| v.parse().ok())
+}
+
+/// The pids listed in `/proc`.
+pub fn processes() -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir(PROC) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// The (device, inode) of every file the process of `dir` holds open; `None`
+/// when its descriptors cannot be read (another user's process without
+/// `CAP_SYS_PTRACE`, or gone).
+pub fn open_files(dir: &Path) -> Option<Vec<(u64, u64)>> {
+    let entries = std::fs::read_dir(dir.join("fd")).ok()?;
+    Some(
+        entries
+            .filter_map(|e| {
+                // `stat` follows the descriptor's magic link to the file
+                // itself, in whatever mount namespace the process lives.
+                let meta = std::fs::metadata(e.ok()?.path()).ok()?;
+                meta.file_type().is_file().then(|| (meta.dev(), meta.ino()))
+            })
+            .collect(),
+    )
+}
+
+/// One reading of a process's standard values.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ProcessStats {
+    cpu_seconds: Option<f64>,
+    open_fds: Option<i64>,
+    max_fds: Option<i64>,
+    virtual_memory_bytes: Option<i64>,
+    resident_memory_bytes: Option<i64>,
+    start_time_seconds: Option<f64>,
+    threads: Option<i64>,
+}
+
+impl ProcessStats {
+    /// Reads the values of the process of `dir` (`/proc/self`,
+    /// `/proc/<pid>`); unreadable ones are `None`.
+    pub fn read(dir: &Path) -> Self {
+        let mut stats = Self::default();
+        if let Ok(stat) = std::fs::read_to_string(dir.join("stat")) {
+            if let Some(fields) = stat_fields(&stat) {
+                let num = |n: usize| stat_field(&fields, n);
+                if let (Some(utime), Some(stime)) = (num(14), num(15)) {
+                    stats.cpu_seconds = Some((utime + stime) as f64 / USER_HZ);
+                }
+                stats.threads = num(20).and_then(|v| i64::try_from(v).ok());
+                stats.virtual_memory_bytes = num(23).and_then(|v| i64::try_from(v).ok());
+                if let (Some(start), Some(boot)) = (num(22), boot_time()) {
+                    stats.start_time_seconds = Some(boot as f64 + start as f64 / USER_HZ);
+                }
+            }
+        }
+        if let Ok(status) = std::fs::read_to_string(dir.join("status")) {
+            stats.resident_memory_bytes = status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().strip_suffix("kB"))
+                .and_then(|v| v.trim().parse::<i64>().ok())
+                .map(|kb| kb * 1024);
+        }
+        if let Ok(entries) = std::fs::read_dir(dir.join("fd")) {
+            stats.open_fds = i64::try_from(entries.count()).ok();
+        }
+        if let Ok(limits) = std::fs::read_to_string(dir.join("limits")) {
+            stats.max_fds = limits
+                .lines()
+                .find_map(|l| l.strip_prefix("Max open files"))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse::<i64>().ok());
+        }
+        stats
+    }
+
+    /// The standard `process_*` families (as prometheus_client's
+    /// `ProcessCollector` names them, behind `prefix`) of `processes`, one
+    /// sample per process labelled with its `labels`; a family is left out
+    /// when no process has its value.
+    pub fn families(prefix: &str, processes: &[(Labels, ProcessStats)]) -> Vec<MetricFamily> {
+        type Field = fn(&ProcessStats) -> Option<f64>;
+        let defs: [(&str, &str, MetricType, Field); 7] = [
+            (
+                "cpu_seconds",
+                "Total user and system CPU time spent in seconds.",
+                MetricType::Counter,
+                |s| s.cpu_seconds,
+            ),
+            (
+                "open_fds",
+                "Number of open file descriptors.",
+                MetricType::Gauge,
+                |s| s.open_fds.map(|v| v as f64),
+            ),
+            (
+                "max_fds",
+                "Maximum number of open file descriptors.",
+                MetricType::Gauge,
+                |s| s.max_fds.map(|v| v as f64),
+            ),
+            (
+                "virtual_memory_bytes",
+                "Virtual memory size in bytes.",
+                MetricType::Gauge,
+                |s| s.virtual_memory_bytes.map(|v| v as f64),
+            ),
+            (
+                "resident_memory_bytes",
+                "Resident memory size in bytes.",
+                MetricType::Gauge,
+                |s| s.resident_memory_bytes.map(|v| v as f64),
+            ),
+            (
+                "start_time_seconds",
+                "Start time of the process since unix epoch in seconds.",
+                MetricType::Gauge,
+                |s| s.start_time_seconds,
+            ),
+            (
+                "threads",
+                "Number of OS threads in the process.",
+                MetricType::Gauge,
+                |s| s.threads.map(|v| v as f64),
+            ),
+        ];
+        let mut out = Vec::new();
+        for (suffix, help, metric_type, field) in defs {
+            let name = format!("{prefix}{suffix}");
+            let sample_name: Arc<str> = match metric_type {
+                MetricType::Counter => format!("{name}_total").into(),
+                _ => name.as_str().into(),
+            };
+            let samples: Vec<Sample> = processes
+                .iter()
+                .filter_map(|(labels, stats)| {
+                    Some(Sample {
+                        name: sample_name.clone(),
+                        labels: labels.clone(),
+                        value: field(stats)?,
+                    })
+                })
+                .collect();
+            if !samples.is_empty() {
+                out.push(MetricFamily {
+                    name: name.into(),
+                    help: help.into(),
+                    metric_type,
+                    samples,
+                });
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_proc_self_on_linux() {
+        let dir = Path::new(PROC).join("self");
+        if !dir.join("stat").exists() {
+            return;
+        }
+        let stats = ProcessStats::read(&dir);
+        assert!(stats.cpu_seconds.is_some());
+        assert!(stats.open_fds.unwrap() > 0);
+        assert!(stats.max_fds.unwrap() > 0);
+        assert!(stats.resident_memory_bytes.unwrap() > 0);
+        assert!(stats.virtual_memory_bytes.unwrap() > 0);
+        assert!(stats.threads.unwrap() >= 1);
+        let start = stats.start_time_seconds.unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        assert!(start <= now + 1.0 && start > now - 86400.0 * 365.0);
+        assert_eq!(start_time(&dir), Some(start));
+        assert_eq!(innermost_pid(&dir), Some(std::process::id()));
+        assert!(processes().contains(&std::process::id()));
+    }
+
+    #[test]
+    fn open_files_names_what_the_process_holds() {
+        let dir = Path::new(PROC).join("self");
+        if !dir.join("fd").exists() {
+            return;
+        }
+        let held = tempfile::NamedTempFile::new().unwrap();
+        let meta = held.as_file().metadata().unwrap();
+        let files = open_files(&dir).unwrap();
+        assert!(files.contains(&(meta.dev(), meta.ino())));
+        assert_eq!(open_files(Path::new("/proc/0")), None);
+    }
+
+    #[test]
+    fn stat_fields_survive_odd_command_names() {
+        let fields = stat_fields("12 (a) b) c) S 1 2 3").unwrap();
+        assert_eq!(fields, ["S", "1", "2", "3"]);
+    }
+
+    #[test]
+    fn families_have_one_sample_per_process_and_leave_out_unknown_values() {
+        let labels = |pid: &str| Labels::new([(Arc::from("pid"), Arc::from(pid))]);
+        let known = ProcessStats {
+            cpu_seconds: Some(1.5),
+            threads: Some(4),
+            ..ProcessStats::default()
+        };
+        let families = ProcessStats::families(
+            "process_",
+            &[(labels("7"), known), (labels("8"), ProcessStats::default())],
+        );
+        let names: Vec<&str> = families.iter().map(|f| &*f.name).collect();
+        assert_eq!(names, ["process_cpu_seconds", "process_threads"]);
+        assert_eq!(&*families[0].samples[0].name, "process_cpu_seconds_total");
+        assert_eq!(families[0].samples.len(), 1);
+    }
+}

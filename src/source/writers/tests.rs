@@ -1,0 +1,189 @@
+//! Liveness against real processes: a child holding a file is its live
+//! writer, a killed one is dead, and a pid whose process started after the
+//! file was created does not revive it.
+
+use super::*;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::{Child, Command};
+
+/// A child process that holds `file` open (fd 3) and sleeps.
+fn holder(file: &Path) -> Child {
+    Command::new("sh")
+        .arg("-c")
+        .arg(r#"exec 3<"$0"; exec sleep 60"#)
+        .arg(file)
+        .spawn()
+        .expect("spawn sh")
+}
+
+/// A child process that holds nothing in particular.
+fn sleeper() -> Child {
+    Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .expect("spawn sleep")
+}
+
+fn written(path: &Path, pid: u32) -> WrittenFile {
+    let meta = std::fs::metadata(path).unwrap();
+    let born = meta
+        .created()
+        .unwrap_or_else(|_| meta.modified().unwrap())
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    WrittenFile {
+        pid: Some(pid),
+        identity: (meta.dev(), meta.ino()),
+        born,
+    }
+}
+
+/// Waits until the child has exec'd `sleep` with the file open.
+fn settle(child: &Child) {
+    for _ in 0..200 {
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", child.id())).unwrap_or_default();
+        if cmdline.starts_with(b"sleep") {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("the child never started sleeping");
+}
+
+fn kill(mut child: Child) {
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+fn proc_available() -> bool {
+    Path::new("/proc/self/fd").exists()
+}
+
+#[test]
+fn a_process_holding_its_file_is_live_and_dead_once_killed() {
+    if !proc_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("counter.db");
+    std::fs::write(&path, b"").unwrap();
+    let child = holder(&path);
+    settle(&child);
+    let pid = child.id();
+    let file = written(&path, pid);
+    let mut writers = Writers::new(WriterPolicy::default());
+    let census = writers.census(&[file]);
+    assert_eq!(census.states, [WriterState::Live]);
+    assert_eq!(census.live, [(pid, pid)]);
+    assert_eq!(writers.visibility(), Visibility::Confirmed);
+    kill(child);
+    assert_eq!(writers.census(&[file]).states, [WriterState::Dead]);
+}
+
+/// Regression: a pid reused by an unrelated process must not revive a dead
+/// writer's files (its process started after they were created), even when
+/// that process holds them open.
+#[test]
+fn a_pid_reused_by_a_later_process_does_not_revive_a_dead_writer() {
+    if !proc_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let old = dir.path().join("gauge_livesum.db");
+    std::fs::write(&old, b"").unwrap();
+    std::thread::sleep(Duration::from_millis(1600));
+    let witness_path = dir.path().join("witness.db");
+    std::fs::write(&witness_path, b"").unwrap();
+    let witness = holder(&witness_path);
+    let later = holder(&old);
+    settle(&witness);
+    settle(&later);
+    let mut writers = Writers::new(WriterPolicy::default());
+    let census = writers.census(&[
+        written(&witness_path, witness.id()),
+        written(&old, later.id()),
+    ]);
+    assert_eq!(census.states, [WriterState::Live, WriterState::Dead]);
+    // Regression: evidence found on a file listed later decides the earlier
+    // ones too (a one-shot `dump` has no second collection).
+    let mut writers = Writers::new(WriterPolicy::default());
+    let census = writers.census(&[
+        written(&old, later.id()),
+        written(&witness_path, witness.id()),
+    ]);
+    assert_eq!(census.states, [WriterState::Dead, WriterState::Live]);
+    kill(witness);
+    kill(later);
+}
+
+#[test]
+fn without_evidence_auto_knows_nothing_and_proc_trusts_proc() {
+    if !proc_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("counter.db");
+    std::fs::write(&path, b"").unwrap();
+    let unrelated = sleeper();
+    let gone = {
+        let child = sleeper();
+        let pid = child.id();
+        kill(child);
+        pid
+    };
+    let files = [written(&path, unrelated.id()), written(&path, gone)];
+    // The sleeper started after the file: not its writer either way.
+    let mut auto = Writers::new(WriterPolicy::default());
+    assert_eq!(
+        auto.census(&files).states,
+        [WriterState::Unknown, WriterState::Unknown]
+    );
+    assert_eq!(auto.visibility(), Visibility::Unconfirmed);
+    let mut proc = Writers::new(WriterPolicy {
+        liveness: LivenessMode::Proc,
+        ..WriterPolicy::default()
+    });
+    assert_eq!(
+        proc.census(&files).states,
+        [WriterState::Dead, WriterState::Dead]
+    );
+    let mut off = Writers::new(WriterPolicy::exact());
+    assert_eq!(
+        off.census(&files).states,
+        [WriterState::Unknown, WriterState::Unknown]
+    );
+    kill(unrelated);
+}
+
+/// The exporter holds the files it reads: a file named with the exporter's
+/// own pid (another pid namespace's writer) is never taken as evidence.
+#[test]
+fn the_exporter_itself_is_never_a_writer() {
+    if !proc_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("counter.db");
+    let held = std::fs::File::create(&path).unwrap();
+    let mut writers = Writers::new(WriterPolicy::default());
+    let census = writers.census(&[written(&path, std::process::id())]);
+    assert_eq!(census.states, [WriterState::Unknown]);
+    assert_eq!(writers.visibility(), Visibility::Unconfirmed);
+    drop(held);
+}
+
+#[test]
+fn a_name_without_a_pid_is_unknown() {
+    let mut writers = Writers::new(WriterPolicy {
+        liveness: LivenessMode::Proc,
+        ..WriterPolicy::default()
+    });
+    let file = WrittenFile {
+        pid: None,
+        identity: (1, 2),
+        born: 0.0,
+    };
+    assert_eq!(writers.census(&[file]).states, [WriterState::Unknown]);
+}

@@ -1,0 +1,447 @@
+//! Writer processes (issue 13), with real prometheus_client processes
+//! (`tests/python/writer_process.py`) that are killed, and a real gunicorn +
+//! prometheus_flask_exporter app whose workers are recycled and killed:
+//!
+//! * a killed writer's live gauges leave the output at the next scrape, its
+//!   counters and `sum` gauges stay (and are reported), and its `process_*`
+//!   series end;
+//! * a pid reused by an unrelated, later process does not revive it;
+//! * a file a live writer is creating is pending (no WARN, not skipped); the
+//!   same file left by a dead writer is reported once;
+//! * gunicorn churn: no failed scrape, no WARN line, no skipped file,
+//!   counters never decrease, and the final output is prometheus_client's.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::{
+    dump, eventually, listing_order, merged_part, python, python_exposition, repo_root,
+    sample_value, skipped_by_reason, wait_for, Exporter,
+};
+
+/// A running `writer_process.py`.
+struct Writer {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Writer {
+    fn start(python: &Path, dir: &Path) -> Writer {
+        let mut child = Command::new(python)
+            .arg(repo_root().join("tests/python/writer_process.py"))
+            .env("PROMETHEUS_MULTIPROC_DIR", dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start writer_process.py");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut writer = Writer {
+            child,
+            stdin,
+            stdout,
+        };
+        writer.expect("ready");
+        writer
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn expect(&mut self, word: &str) {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), word);
+    }
+
+    /// Creates `name` and keeps it open at 0 bytes.
+    fn hold(&mut self, name: &str) {
+        writeln!(self.stdin, "hold {name}").unwrap();
+        self.expect("held");
+    }
+
+    fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    fn exit(mut self) {
+        writeln!(self.stdin, "exit").unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+fn warnings(exporter: &Exporter) -> Vec<serde_json::Value> {
+    exporter.sync_logs();
+    exporter
+        .logs()
+        .into_iter()
+        .filter(|l| l["level"] == "WARN" || l["level"] == "ERROR")
+        .collect()
+}
+
+fn value(body: &str, series: &str) -> f64 {
+    sample_value(body, series).unwrap_or_else(|| panic!("{series} not in\n{body}"))
+}
+
+#[test]
+fn a_killed_writers_live_gauges_vanish_and_what_it_counted_stays() {
+    let Some(python) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let a = Writer::start(&python, dir);
+    let mut b = Writer::start(&python, dir);
+    let (pid_a, pid_b) = (a.pid(), b.pid());
+    let exporter = Exporter::start(&["--dir", dir.to_str().unwrap()]);
+
+    let body = exporter.metrics();
+    assert_eq!(value(&body, "app_in_flight"), 2.0);
+    assert_eq!(value(&body, "multiproc_exporter_writers_visible"), 1.0);
+    assert_eq!(
+        value(&body, "multiproc_exporter_writers{state=\"live\"}"),
+        2.0
+    );
+    for pid in [pid_a, pid_b] {
+        assert!(
+            value(
+                &body,
+                &format!("process_cpu_seconds_total{{pid=\"{pid}\"}}")
+            ) >= 0.0
+        );
+        let start = value(
+            &body,
+            &format!("process_start_time_seconds{{pid=\"{pid}\"}}"),
+        );
+        assert!(start > 1.6e9, "{start}");
+        assert!(
+            value(
+                &body,
+                &format!("process_resident_memory_bytes{{pid=\"{pid}\"}}")
+            ) > 1e6
+        );
+    }
+    // The exporter's own process values are named apart.
+    assert!(body.contains("\nmultiproc_exporter_process_cpu_seconds_total "));
+
+    // A file B is creating: pending, not skipped, no warning.
+    b.hold(&format!("histogram_{pid_b}.db"));
+    let body = exporter.metrics();
+    assert_eq!(value(&body, "multiproc_exporter_scrape_files_pending"), 1.0);
+    assert_eq!(
+        skipped_by_reason(&body).values().sum::<f64>(),
+        0.0,
+        "{body}"
+    );
+
+    // A crashes (no mark_process_dead).
+    a.kill();
+    let body = exporter.metrics();
+    assert_eq!(value(&body, "app_in_flight"), 1.0);
+    assert_eq!(value(&body, "app_requests_total"), 6.0);
+    assert_eq!(value(&body, "app_cache_objects"), 10.0);
+    assert_eq!(
+        value(&body, "multiproc_exporter_writers{state=\"dead\"}"),
+        1.0
+    );
+    assert_eq!(
+        value(&body, "multiproc_exporter_writers{state=\"live\"}"),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &body,
+            "multiproc_exporter_dead_writer_gauge_files{mode=\"livesum\",served=\"false\"}"
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &body,
+            "multiproc_exporter_dead_writer_gauge_files{mode=\"sum\",served=\"true\"}"
+        ),
+        1.0
+    );
+    assert!(!body.contains(&format!("{{pid=\"{pid_a}\"}}")), "{body}");
+    assert!(warnings(&exporter).is_empty(), "{:#?}", warnings(&exporter));
+
+    // B crashes while creating its file: now a dead writer's short file,
+    // reported once however often it is scraped.
+    b.kill();
+    for _ in 0..3 {
+        let body = exporter.metrics();
+        assert_eq!(
+            value(
+                &body,
+                "multiproc_exporter_scrape_files_skipped{reason=\"short_file\"}"
+            ),
+            1.0
+        );
+        assert_eq!(value(&body, "multiproc_exporter_scrape_files_pending"), 0.0);
+        assert!(!body.contains("\napp_in_flight "), "{body}");
+    }
+    let warned = warnings(&exporter);
+    assert_eq!(warned.len(), 1, "{warned:#?}");
+    assert_eq!(warned[0]["reason_label"], "short_file");
+
+    // A new process sees no live writer holding its files: in `auto` it
+    // cannot tell "all dead" from "not visible", and serves as
+    // prometheus_client does; `proc` trusts /proc. Then the opt-ins: dead
+    // writers' sum gauges dropped, their live gauges kept.
+    let dir_arg = dir.to_str().unwrap();
+    let grace = "--writers.pending-grace=0";
+    let auto = String::from_utf8(dump(&[grace, dir_arg])).unwrap();
+    assert_eq!(value(&auto, "app_in_flight"), 2.0);
+    let proc = String::from_utf8(dump(&["--writers.liveness=proc", grace, dir_arg])).unwrap();
+    assert!(!proc.contains("\napp_in_flight "), "{proc}");
+    assert_eq!(value(&proc, "app_cache_objects"), 10.0);
+    let dropped = String::from_utf8(dump(&[
+        "--writers.liveness=proc",
+        "--writers.drop-dead-gauges",
+        grace,
+        dir_arg,
+    ]))
+    .unwrap();
+    assert!(!dropped.contains("\napp_cache_objects "), "{dropped}");
+    let kept = String::from_utf8(dump(&[
+        "--writers.liveness=proc",
+        "--writers.keep-dead-live-gauges",
+        grace,
+        dir_arg,
+    ]))
+    .unwrap();
+    assert_eq!(value(&kept, "app_in_flight"), 2.0);
+}
+
+/// Regression: a dead writer's pid taken by a later, unrelated process (that
+/// even holds the dead writer's files open) must not bring its live gauges
+/// back; the output is then prometheus_client's after `mark_process_dead`.
+#[test]
+fn a_pid_reused_by_an_unrelated_process_does_not_revive_a_dead_writer() {
+    let Some(python) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let witness = Writer::start(&python, dir);
+    let dead = Writer::start(&python, dir);
+    let dead_pid = dead.pid();
+    dead.exit();
+    std::thread::sleep(Duration::from_millis(1500));
+    // A later process, which waits for the dead writer's files to carry its
+    // pid (renaming keeps their creation time), then holds them open.
+    let mut later = Command::new("sh")
+        .arg("-c")
+        .arg(
+            r#"d=$0; while [ ! -e "$d/go" ]; do sleep 0.05; done
+exec 3<"$d/gauge_livesum_$$.db" 4<"$d/counter_$$.db" 5<"$d/gauge_sum_$$.db"; exec sleep 60"#,
+        )
+        .arg(dir)
+        .spawn()
+        .unwrap();
+    let reused = later.id();
+    for name in listing_order(dir) {
+        if let Some(prefix) = name.strip_suffix(&format!("_{dead_pid}.db")) {
+            std::fs::rename(dir.join(&name), dir.join(format!("{prefix}_{reused}.db"))).unwrap();
+        }
+    }
+    std::fs::write(dir.join("go"), b"").unwrap();
+    wait_for("the later process to hold the files", || {
+        let cmdline = std::fs::read(format!("/proc/{reused}/cmdline")).unwrap_or_default();
+        cmdline.starts_with(b"sleep").then_some(())
+    });
+
+    let dir_arg = dir.to_str().unwrap();
+    let ours = String::from_utf8(dump(&["--writers.disable-process-metrics", dir_arg])).unwrap();
+    assert_eq!(value(&ours, "app_in_flight"), 1.0, "{ours}");
+    assert_eq!(value(&ours, "app_requests_total"), 6.0);
+
+    // prometheus_client, once mark_process_dead(dead writer) removed its
+    // live gauge file.
+    let files: Vec<PathBuf> = listing_order(dir)
+        .into_iter()
+        .filter(|n| n.ends_with(".db") && *n != format!("gauge_livesum_{reused}.db"))
+        .map(|n| dir.join(n))
+        .collect();
+    let expected = python_exposition(&python, files);
+    assert_eq!(ours, expected.text);
+    // And prometheus_client's own semantics on request.
+    let exact = String::from_utf8(dump(&["--writers.liveness=off", dir_arg])).unwrap();
+    assert_eq!(value(&exact, "app_in_flight"), 2.0);
+    later.kill().unwrap();
+    later.wait().unwrap();
+    witness.kill();
+}
+
+/// A running gunicorn serving `tests/python/gunicorn_app.py`.
+struct Gunicorn {
+    child: Child,
+    base: String,
+}
+
+impl Gunicorn {
+    fn start(python: &Path, dir: &Path) -> Option<Gunicorn> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .ok()?
+            .local_addr()
+            .ok()?
+            .port();
+        let bin = python.parent()?.join("gunicorn");
+        if !bin.exists() {
+            return None;
+        }
+        let child = Command::new(bin)
+            .args(["-c", "gunicorn_conf.py", "gunicorn_app:app"])
+            .current_dir(repo_root().join("tests/python"))
+            .env("PROMETHEUS_MULTIPROC_DIR", dir)
+            .env("APP_BIND", format!("127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?;
+        let base = format!("http://127.0.0.1:{port}");
+        let gunicorn = Gunicorn { child, base };
+        eventually("gunicorn to answer", Duration::from_secs(30), || {
+            ureq::get(&format!("{}/work", gunicorn.base))
+                .call()
+                .map_err(|e| e.to_string())
+        });
+        Some(gunicorn)
+    }
+
+    /// A worker's pid (the one that answers).
+    fn worker_pid(&self) -> u32 {
+        let body = ureq::get(&format!("{}/pid", self.base))
+            .call()
+            .unwrap()
+            .into_body()
+            .read_to_string()
+            .unwrap();
+        body.trim().parse().unwrap()
+    }
+
+    fn stop(mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        self.child.wait().unwrap();
+    }
+}
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Counter-like series of a text exposition (counters, buckets, counts and
+/// sums), without the exporter's self-metrics.
+fn monotone(body: &str) -> Vec<(String, f64)> {
+    let mut out = Vec::new();
+    let mut monotone = false;
+    for line in merged_part(body).lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            monotone = ["counter", "histogram", "summary"]
+                .iter()
+                .any(|t| rest.ends_with(t))
+                && !rest.starts_with("process_");
+            continue;
+        }
+        if line.starts_with('#') || !monotone {
+            continue;
+        }
+        if let Some((series, v)) = line.rsplit_once(' ') {
+            out.push((series.to_owned(), v.parse().unwrap()));
+        }
+    }
+    out
+}
+
+/// The issue's scenario: gunicorn, 4 workers recycled every ~50 requests,
+/// two workers SIGKILLed, scraped throughout (`MPE_GUNICORN_REQUESTS`,
+/// default 2,000; the issue's figure is 15,000).
+#[test]
+fn gunicorn_worker_churn_is_normal_operation() {
+    let Some(python) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let Some(app) = Gunicorn::start(&python, dir) else {
+        panic!("gunicorn is not in the test venv (scripts/setup-python-venv)");
+    };
+    let exporter = Exporter::start(&["--dir", dir.to_str().unwrap()]);
+    let requests = env_or("MPE_GUNICORN_REQUESTS", 2000);
+    let started = Instant::now();
+    let mut last: std::collections::HashMap<String, f64> = Default::default();
+    let mut scrapes = 0;
+    let mut pending_seen = 0.0;
+    let mut killed = 0;
+    // Requests answered: the first one, the workers asked for their pid,
+    // and the work.
+    let mut answered = 1;
+    for i in 0..requests {
+        if ureq::get(&format!("{}/work", app.base)).call().is_ok() {
+            answered += 1;
+        }
+        if i > 0 && i % (requests / 3) == 0 && killed < 2 {
+            answered += 1;
+            let pid = app.worker_pid();
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            killed += 1;
+        }
+        if i % 10 == 0 {
+            let reply = exporter.get("/metrics");
+            assert_eq!(reply.status, 200, "scrape {scrapes}");
+            let body = reply.text();
+            for (reason, n) in skipped_by_reason(&body) {
+                assert_eq!(n, 0.0, "scrape {scrapes}: skipped for {reason}");
+            }
+            pending_seen +=
+                sample_value(&body, "multiproc_exporter_scrape_files_pending").unwrap_or(0.0);
+            for (series, v) in monotone(&body) {
+                if let Some(previous) = last.get(&series) {
+                    assert!(
+                        v >= *previous,
+                        "scrape {scrapes}: {series} {previous} -> {v}"
+                    );
+                }
+                last.insert(series, v);
+            }
+            scrapes += 1;
+        }
+    }
+    let body = exporter.metrics();
+    let files = listing_order(dir).len();
+    eprintln!(
+        "gunicorn: {requests} requests in {:?}, {scrapes} scrapes, {files} files, \
+         writers {} live / {} dead, {pending_seen} pending files seen",
+        started.elapsed(),
+        value(&body, "multiproc_exporter_writers{state=\"live\"}"),
+        value(&body, "multiproc_exporter_writers{state=\"dead\"}"),
+    );
+    assert!(value(&body, "multiproc_exporter_writers{state=\"dead\"}") >= 2.0);
+    let live = value(&body, "multiproc_exporter_writers{state=\"live\"}");
+    assert!((1.0..=5.0).contains(&live), "{live} live workers");
+    assert_eq!(
+        value(
+            &body,
+            "flask_http_request_total{method=\"GET\",status=\"200\"}"
+        ),
+        f64::from(answered),
+        "every request counted once, in live and dead workers' files"
+    );
+    assert!(warnings(&exporter).is_empty(), "{:#?}", warnings(&exporter));
+
+    // Stopped (gunicorn marks every worker dead): prometheus_client's output.
+    app.stop();
+    let files: Vec<PathBuf> = listing_order(dir)
+        .into_iter()
+        .map(|n| dir.join(n))
+        .collect();
+    let expected = python_exposition(&python, files);
+    assert_eq!(merged_part(&exporter.metrics()), expected.text);
+    assert!(warnings(&exporter).is_empty(), "{:#?}", warnings(&exporter));
+}
