@@ -13,7 +13,9 @@
 //!   few values change in up to 32 processes' counter files, outside the timing;
 //! * `unchanged`: a warm reader on an unchanged directory; after every timed scrape (outside
 //!   the timing) it asserts that no key was decoded and the merge was not re-planned;
-//! * `cold`: the first scrape of a new reader (every key decoded, merge planned).
+//! * `cold`: the first scrape of a new reader (every key decoded, merge planned);
+//! * `dead_writers`: 16 live writers (real processes) alone, and with the files of 10,000
+//!   dead ones (`MPE_BENCH_DEAD`), liveness from /proc: dead writers are folded once.
 //!
 //! Fixtures come from `benches/support/fixture.rs`, the generator `scripts/compare.py` uses
 //! through `examples/gen_fixture.rs`.
@@ -33,6 +35,7 @@ use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
 use multiproc_exporter::expose::encode::{encode, Escaping, Format};
 use multiproc_exporter::format::writer::{FileKind, MetricsFile};
 use multiproc_exporter::pipeline::{Collection, Collector};
+use multiproc_exporter::source::writers::{LivenessMode, WriterPolicy};
 use multiproc_exporter::source::Input;
 
 /// The benchmarked directories: (label, live processes, dead processes).
@@ -53,15 +56,21 @@ struct Case {
     round: u64,
 }
 
+/// A new directory for a fixture, under `MPE_BENCH_DIR` (default: the
+/// system temporary directory).
+fn fixture_dir() -> tempfile::TempDir {
+    let base = std::env::var_os("MPE_BENCH_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    tempfile::Builder::new()
+        .prefix("mpe-bench-")
+        .tempdir_in(base)
+        .expect("create a fixture directory")
+}
+
 impl Case {
     fn new(processes: usize, dead: usize) -> Case {
-        let base = std::env::var_os("MPE_BENCH_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(std::env::temp_dir);
-        let dir = tempfile::Builder::new()
-            .prefix("mpe-bench-")
-            .tempdir_in(base)
-            .expect("create a fixture directory");
+        let dir = fixture_dir();
         let summary = fixture::generate(dir.path(), processes, dead, 1).expect("write the fixture");
         let inputs = vec![Input::Directory(dir.path().to_path_buf())];
         let mut reader = Collector::new();
@@ -223,11 +232,71 @@ fn bench_cold(c: &mut Criterion, fixtures: &Fixtures) {
     group.finish();
 }
 
+/// 16 live writers (real processes holding their files) alone, and with
+/// the files of 10,000 dead writers (`MPE_BENCH_DEAD`), read with liveness
+/// from /proc: folded once into a cached base (the default), and added in
+/// file order at every scrape (`--writers.exact-sums`).
+fn bench_dead_writers(c: &mut Criterion) {
+    let mut group = c.benchmark_group("dead_writers");
+    let dead = std::env::var("MPE_BENCH_DEAD")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    for (label, dead, fold_dead) in [
+        ("16", 0, true),
+        ("16+dead_folded", dead, true),
+        ("16+dead_exact", dead, false),
+    ] {
+        configure(&mut group, 16, dead);
+        let dir = fixture_dir();
+        fixture::generate(dir.path(), 0, dead, 1).expect("write the dead writers");
+        let holders = fixture::live_holders(dir.path(), 16, 1).expect("start the live writers");
+        let inputs = vec![Input::Directory(dir.path().to_path_buf())];
+        let mut reader = Collector::new();
+        reader.set_writer_policy(WriterPolicy {
+            liveness: LivenessMode::Proc,
+            fold_dead,
+            ..WriterPolicy::default()
+        });
+        let first = reader.collect(&inputs);
+        assert!(first.problems.is_empty(), "{:?}", first.problems);
+        assert_eq!(first.writers.writers, [16, dead, 0]);
+        let mut touch: Vec<MetricsFile> = holders
+            .pids()
+            .into_iter()
+            .map(|pid| {
+                MetricsFile::open(dir.path().join(FileKind::Counter.file_name(pid)))
+                    .expect("open a counter file")
+            })
+            .collect();
+        let mut round = 0.0;
+        group.bench_function(BenchmarkId::from_parameter(label), |b| {
+            b.iter_custom(|iters| {
+                let mut timed = Duration::ZERO;
+                for _ in 0..iters {
+                    round += 1.0;
+                    for file in &mut touch {
+                        file.write_index(0, round, 0.0).expect("write a value");
+                    }
+                    let start = Instant::now();
+                    let out = scrape(&mut reader, &inputs);
+                    timed += start.elapsed();
+                    black_box(out);
+                }
+                timed
+            });
+        });
+        drop(holders);
+    }
+    group.finish();
+}
+
 fn benches(c: &mut Criterion) {
     let fixtures = Fixtures::default();
     bench_steady(c, &fixtures);
     bench_unchanged(c, &fixtures);
     bench_cold(c, &fixtures);
+    bench_dead_writers(c);
 }
 
 fn main() {

@@ -372,3 +372,80 @@ pub(crate) fn generate(
     }
     Ok(summary)
 }
+
+/// Real processes standing in for live writers, for liveness: each holds its
+/// four files open (as prometheus_client does) and sleeps; killed on drop.
+/// (Used by `benches/scrape.rs`; the other users of this file need none.)
+#[allow(dead_code)]
+pub(crate) struct LiveHolders {
+    children: Vec<std::process::Child>,
+}
+
+#[allow(dead_code)]
+impl LiveHolders {
+    /// The holders' pids (the pids their files are named after).
+    pub(crate) fn pids(&self) -> Vec<u64> {
+        self.children.iter().map(|c| u64::from(c.id())).collect()
+    }
+}
+
+impl Drop for LiveHolders {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Starts `processes` holder processes and writes their files into `dir`
+/// (created after the processes started, as a writer's are, and named with
+/// their pids), then waits until every holder has them open.
+#[allow(dead_code)]
+pub(crate) fn live_holders(dir: &Path, processes: usize, seed: u64) -> io::Result<LiveHolders> {
+    let gate = dir.join("holders-go");
+    let script = r#"d=$0; while [ ! -e "$1" ]; do sleep 0.01; done
+exec 3<"$d/counter_$$.db" 4<"$d/histogram_$$.db" 5<"$d/gauge_mostrecent_$$.db" 6<"$d/summary_$$.db"
+exec sleep 100000"#;
+    let mut holders = LiveHolders {
+        children: Vec::new(),
+    };
+    for _ in 0..processes {
+        holders.children.push(
+            std::process::Command::new("sh")
+                .arg("-c")
+                .arg(script)
+                .arg(dir)
+                .arg(&gate)
+                .spawn()?,
+        );
+    }
+    let scratch = tempfile::tempdir_in(dir)?;
+    generate(scratch.path(), processes, 0, seed)?;
+    for (i, pid) in holders.pids().into_iter().enumerate() {
+        let from = LIVE_PID_BASE + i as u64;
+        for kind in [
+            FileKind::Counter,
+            FileKind::Histogram,
+            FileKind::Gauge(GaugeMode::MostRecent),
+            FileKind::Summary,
+        ] {
+            fs::rename(
+                scratch.path().join(kind.file_name(from)),
+                dir.join(kind.file_name(pid)),
+            )?;
+        }
+    }
+    File::create(&gate)?;
+    for pid in holders.pids() {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !fs::read(format!("/proc/{pid}/cmdline"))?.starts_with(b"sleep") {
+            if std::time::Instant::now() > deadline {
+                return Err(io::Error::other("a holder did not start"));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+    fs::remove_file(&gate)?;
+    Ok(holders)
+}

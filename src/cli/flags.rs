@@ -124,6 +124,17 @@ pub struct DirectoryFlags {
         default_value = "10s"
     )]
     pub pending_grace: Duration,
+    /// Add dead writers' values in file order at every scrape, exactly as
+    /// prometheus_client does. By default they are folded once into a cached
+    /// base (a dead writer's files cannot change), so that they cost a scrape
+    /// nothing; non-integer sums may then differ in their last bits.
+    #[arg(
+        long = "writers.exact-sums",
+        env = "MULTIPROC_EXPORTER_WRITERS_EXACT_SUMS",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub exact_sums: bool,
 }
 
 /// `--writers.liveness`.

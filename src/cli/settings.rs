@@ -92,6 +92,7 @@ impl DirectoryFlags {
                 drop_dead_gauges: self.drop_dead_gauges,
                 process_metrics: !self.disable_process_metrics,
                 pending_grace: self.pending_grace,
+                fold_dead: !self.exact_sums,
             },
         })
     }

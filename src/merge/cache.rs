@@ -3,7 +3,7 @@
 //! is evaluated on the current values.
 
 use super::keys::{KeyId, KeyStore};
-use super::plan::{plan, MergePlan, PlanInput};
+use super::plan::{plan, Evaluation, MergePlan, PlanInput};
 use super::MergeError;
 use crate::format::file_name::FileName;
 use crate::model::MetricFamily;
@@ -43,9 +43,45 @@ pub struct Merged {
 pub struct PlanCache {
     plan: Option<(Vec<u64>, MergePlan)>,
     excluded: Vec<(u64, MergeError)>,
+    /// The frozen files' contributions, applied once: the positions (in the
+    /// plan's files) folded, and the state after them.
+    base: Option<(Vec<usize>, Evaluation)>,
 }
 
 impl PlanCache {
+    /// Evaluates `plan` from the base of the `folded` positions (applied
+    /// first, once, and cached), then the other files in order.
+    fn evaluate_on_base(
+        base: &mut Option<(Vec<usize>, Evaluation)>,
+        plan: &MergePlan,
+        files: &[MergeInput<'_>],
+        folded: Vec<usize>,
+    ) -> Result<Vec<MetricFamily>, super::ShapeMismatch> {
+        if base
+            .as_ref()
+            .is_none_or(|(positions, _)| *positions != folded)
+        {
+            let mut state = plan.start();
+            for &position in &folded {
+                plan.apply(&mut state, position, files[plan.files()[position]].values)?;
+            }
+            *base = Some((folded, state));
+        }
+        let Some((folded, state)) = base.as_ref() else {
+            return Ok(Vec::new());
+        };
+        let mut state = state.clone();
+        let mut next_folded = folded.iter().peekable();
+        for (position, &i) in plan.files().iter().enumerate() {
+            if next_folded.peek() == Some(&&position) {
+                next_folded.next();
+                continue;
+            }
+            plan.apply(&mut state, position, files[i].values)?;
+        }
+        Ok(plan.finish(state))
+    }
+
     /// An empty cache.
     pub fn new() -> Self {
         Self::default()
@@ -54,6 +90,23 @@ impl PlanCache {
     /// Merges `files` in order (keys interned in `store`), planning again
     /// only when their structure differs from the last call's.
     pub fn merge(&mut self, store: &mut KeyStore, files: &[MergeInput<'_>]) -> Merged {
+        self.merge_folding(store, files, &[])
+    }
+
+    /// [`Self::merge`], where the files marked in `frozen` (their values can
+    /// no longer change: their writer is dead) are applied once into a
+    /// cached base and every later merge only applies the others to it, as
+    /// long as the plan and the frozen set stay the same. Their values are
+    /// then added before the others' instead of in file order, which can
+    /// change the last bits of non-integer sums (integers below 2^53 add
+    /// exactly in any order) and which of two equal `mostrecent` timestamps
+    /// wins. An empty `frozen` merges exactly in file order.
+    pub fn merge_folding(
+        &mut self,
+        store: &mut KeyStore,
+        files: &[MergeInput<'_>],
+        frozen: &[bool],
+    ) -> Merged {
         let signature: Vec<u64> = files.iter().map(|f| f.generation).collect();
         let reuse = matches!(&self.plan, Some((previous, _)) if *previous == signature);
         if !reuse {
@@ -84,12 +137,27 @@ impl PlanCache {
                 .collect(),
             ..Merged::default()
         };
+        if !reuse {
+            self.base = None;
+        }
         if let Some((_, plan)) = &self.plan {
             for &i in plan.files() {
                 merged.files_merged += 1;
                 merged.records += files[i].values.len();
             }
-            merged.families = plan.evaluate(|i| files[i].values).unwrap_or_default();
+            let folded: Vec<usize> = plan
+                .files()
+                .iter()
+                .enumerate()
+                .filter(|(_, &i)| frozen.get(i).copied().unwrap_or(false))
+                .map(|(position, _)| position)
+                .collect();
+            merged.families = if folded.is_empty() {
+                self.base = None;
+                plan.evaluate(|i| files[i].values).unwrap_or_default()
+            } else {
+                Self::evaluate_on_base(&mut self.base, plan, files, folded).unwrap_or_default()
+            };
         }
         merged
     }

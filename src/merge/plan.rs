@@ -27,13 +27,13 @@ pub struct PlanInput<'a> {
 /// What a record does to its output series.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Op {
-    /// `series = value` (`all` gauges, and the first value of `min`/`max`).
+    /// `series = value` (`all` gauges).
     Assign(u32),
     /// `series += value`.
     Add(u32),
-    /// `if value < series: series = value`.
+    /// The series' first value, then `if value < series: series = value`.
     Min(u32),
-    /// `if value > series: series = value`.
+    /// The series' first value, then `if value > series: series = value`.
     Max(u32),
     /// Newest strictly greater timestamp wins.
     MostRecent(u32),
@@ -76,11 +76,25 @@ pub struct MergePlan {
     files: Vec<usize>,
     /// Record count of each file that takes part, to check evaluation input.
     record_counts: Vec<usize>,
+    /// Index of each taking-part file's first operation in `ops`.
+    op_starts: Vec<usize>,
     ops: Vec<Op>,
     slots: usize,
     buckets: usize,
     accumulate: bool,
     families: Vec<PlannedFamily>,
+}
+
+/// The running state of a [`MergePlan`] evaluation: each series' value,
+/// timestamp and first store, and the histogram buckets.
+#[derive(Debug, Clone)]
+pub struct Evaluation {
+    slots: Vec<f64>,
+    timestamps: Vec<f64>,
+    first_store: Vec<u32>,
+    buckets: Vec<f64>,
+    /// Whether a `min`/`max` series has its first value.
+    set: Vec<bool>,
 }
 
 /// A planned merge plus the inputs that had to be left out.
@@ -263,6 +277,14 @@ impl<'s> Builder<'s> {
         }
         Ok(MergePlan {
             files: included,
+            op_starts: record_counts
+                .iter()
+                .scan(0usize, |start, n| {
+                    let this = *start;
+                    *start += n;
+                    Some(this)
+                })
+                .collect(),
             record_counts,
             ops: builder.ops,
             slots: builder.slots as usize,
@@ -288,12 +310,13 @@ impl<'s> Builder<'s> {
                 labels = self.store.tuple_without_pid(labels);
             }
             let op = if is_gauge {
-                let (slot, created) = groups.entry(&mut self.slots, labels, sample.name, labels);
+                let (slot, _) = groups.entry(&mut self.slots, labels, sample.name, labels);
                 match mode {
                     GaugeMerge::All => Op::Assign(slot),
-                    GaugeMerge::Min if created => Op::Assign(slot),
+                    // The first value of a series is taken as it is (in
+                    // file order that is the op that created the slot; a
+                    // folded evaluation may meet another one first).
                     GaugeMerge::Min => Op::Min(slot),
-                    GaugeMerge::Max if created => Op::Assign(slot),
                     GaugeMerge::Max => Op::Max(slot),
                     GaugeMerge::Sum => Op::Add(slot),
                     GaugeMerge::MostRecent => Op::MostRecent(slot),
@@ -419,46 +442,99 @@ impl MergePlan {
     where
         F: FnMut(usize) -> &'v [(f64, f64)],
     {
-        let mut slots = vec![0.0f64; self.slots];
-        let mut timestamps = vec![0.0f64; self.slots];
-        let mut first_store = vec![u32::MAX; self.slots];
-        let mut buckets = vec![0.0f64; self.buckets];
-        let mut op = 0usize;
+        let mut state = self.start();
         for (position, &file) in self.files.iter().enumerate() {
-            let pairs = values(file);
-            if pairs.len() != self.record_counts[position] {
-                return Err(ShapeMismatch("record count differs"));
-            }
-            let ops = &self.ops[op..op + pairs.len()];
-            for (&(value, timestamp), &operation) in pairs.iter().zip(ops) {
-                match operation {
-                    Op::Assign(s) => slots[s as usize] = value,
-                    Op::Add(s) => slots[s as usize] += value,
-                    Op::Min(s) => {
-                        if value < slots[s as usize] {
-                            slots[s as usize] = value;
-                        }
-                    }
-                    Op::Max(s) => {
-                        if value > slots[s as usize] {
-                            slots[s as usize] = value;
-                        }
-                    }
-                    Op::MostRecent(s) => {
-                        let s = s as usize;
-                        if timestamps[s] < timestamp {
+            self.apply(&mut state, position, values(file))?;
+        }
+        Ok(self.finish(state))
+    }
+
+    /// The state before any file is applied.
+    pub fn start(&self) -> Evaluation {
+        Evaluation {
+            slots: vec![0.0f64; self.slots],
+            timestamps: vec![0.0f64; self.slots],
+            first_store: vec![u32::MAX; self.slots],
+            buckets: vec![0.0f64; self.buckets],
+            set: vec![false; self.slots],
+        }
+    }
+
+    /// Applies the values of the file at `position` in [`Self::files`].
+    /// Applied in position order, the result is prometheus_client's; in
+    /// another order, sums may differ in their last bits (float addition is
+    /// not associative) and ties between equal `mostrecent` timestamps may go
+    /// to another file.
+    pub fn apply(
+        &self,
+        state: &mut Evaluation,
+        position: usize,
+        pairs: &[(f64, f64)],
+    ) -> Result<(), ShapeMismatch> {
+        if pairs.len() != self.record_counts[position] {
+            return Err(ShapeMismatch("record count differs"));
+        }
+        let first_op = self.op_starts[position];
+        let ops = &self.ops[first_op..first_op + pairs.len()];
+        let Evaluation {
+            slots,
+            timestamps,
+            first_store,
+            buckets,
+            set,
+        } = state;
+        for (index, (&(value, timestamp), &operation)) in pairs.iter().zip(ops).enumerate() {
+            match operation {
+                Op::Assign(s) => slots[s as usize] = value,
+                Op::Add(s) => slots[s as usize] += value,
+                Op::Min(s) => {
+                    let s = s as usize;
+                    if std::mem::replace(&mut set[s], true) {
+                        if value < slots[s] {
                             slots[s] = value;
-                            timestamps[s] = timestamp;
-                            if first_store[s] == u32::MAX {
-                                first_store[s] = op as u32;
-                            }
                         }
+                    } else {
+                        slots[s] = value;
                     }
-                    Op::Bucket(b) => buckets[b as usize] += value,
                 }
-                op += 1;
+                Op::Max(s) => {
+                    let s = s as usize;
+                    if std::mem::replace(&mut set[s], true) {
+                        if value > slots[s] {
+                            slots[s] = value;
+                        }
+                    } else {
+                        slots[s] = value;
+                    }
+                }
+                Op::MostRecent(s) => {
+                    let s = s as usize;
+                    if timestamps[s] < timestamp {
+                        slots[s] = value;
+                        timestamps[s] = timestamp;
+                    }
+                    // In file order the first store is the first record with
+                    // a timestamp above 0 (the initial one): the smallest
+                    // such op, whatever order the files are applied in.
+                    if timestamp > 0.0 {
+                        let op = (first_op + index) as u32;
+                        first_store[s] = first_store[s].min(op);
+                    }
+                }
+                Op::Bucket(b) => buckets[b as usize] += value,
             }
         }
+        Ok(())
+    }
+
+    /// The merged families of a state every file was applied to.
+    pub fn finish(&self, state: Evaluation) -> Vec<MetricFamily> {
+        let Evaluation {
+            mut slots,
+            first_store,
+            buckets,
+            ..
+        } = state;
         let mut families = Vec::with_capacity(self.families.len());
         for family in &self.families {
             for histogram in &family.histograms {
@@ -508,6 +584,6 @@ impl MergePlan {
                 samples,
             });
         }
-        Ok(families)
+        families
     }
 }

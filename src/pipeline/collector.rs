@@ -50,6 +50,9 @@ pub struct Collection {
 pub struct Collector {
     reader: Reader,
     writers: Writers,
+    /// Files whose writer was dead at the last collection: their values
+    /// loaded since are final, so they can be frozen and folded.
+    dead_before: rustc_hash::FxHashSet<(u64, u64, u64)>,
     store: KeyStore,
     plans: PlanCache,
     /// The key store's size right after it was last built from scratch.
@@ -75,6 +78,7 @@ impl Default for Collector {
         Self {
             reader: Reader::default(),
             writers: Writers::new(WriterPolicy::exact()),
+            dead_before: Default::default(),
             store: KeyStore::default(),
             plans: PlanCache::default(),
             fresh_store_bytes: None,
@@ -159,15 +163,35 @@ impl Collector {
         let keys_before = self.store.len();
         let read = self.reader.read(inputs, &mut self.store);
         let mut problems = read.problems;
-        let (keep, writers) = sort_out(&mut self.writers, &read.files, &mut problems);
-        let kept: Vec<&crate::source::ReadFile<'_>> = read
-            .files
-            .iter()
-            .zip(&keep)
-            .filter_map(|(f, k)| k.then_some(f))
-            .collect();
+        let sorted = sort_out(&mut self.writers, &read.files, &mut problems);
+        let writers = sorted.report;
+        let fold = self.writers.policy().fold_dead;
+        let mut kept: Vec<&crate::source::ReadFile<'_>> = Vec::with_capacity(read.files.len());
+        let mut frozen: Vec<bool> = Vec::new();
+        let mut freeze: Vec<(std::path::PathBuf, (u64, u64))> = Vec::new();
+        let mut dead_now = rustc_hash::FxHashSet::default();
+        for ((file, keep), dead) in read.files.iter().zip(&sorted.keep).zip(&sorted.dead) {
+            // Device, inode and creation time: inode numbers are reused.
+            let key = (file.identity.0, file.identity.1, file.born.to_bits());
+            if *dead {
+                dead_now.insert(key);
+            }
+            // Dead already at the last collection: the values loaded now
+            // were written before the process exited, and are final.
+            let dead = fold && *dead && self.dead_before.contains(&key);
+            if dead {
+                freeze.push((file.path.clone(), file.identity));
+            }
+            if *keep {
+                kept.push(file);
+                frozen.push(dead);
+            }
+        }
         let merge_inputs: Vec<MergeInput<'_>> = kept.iter().map(|f| f.merge).collect();
-        let merged = self.plans.merge(&mut self.store, &merge_inputs);
+        let merged = self
+            .plans
+            .merge_folding(&mut self.store, &merge_inputs, &frozen);
+        self.dead_before = dead_now;
         let merged_replanned = merged.replanned;
         for (i, error) in merged.excluded {
             let file = kept[i];
@@ -180,7 +204,12 @@ impl Collector {
             ));
         }
         problems.sort_by_key(|(position, _)| *position);
-        self.trim = read.stats.files_forgotten > 0 || merged_replanned;
+        let read_stats = read.stats;
+        // Dead writers' files cannot change: not loaded again.
+        for (path, identity) in freeze {
+            self.reader.freeze(&path, identity);
+        }
+        self.trim = read_stats.files_forgotten > 0 || merged_replanned;
         let store_bytes = self.store.approx_bytes();
         match self.fresh_store_bytes {
             None => self.fresh_store_bytes = Some(store_bytes),
@@ -189,13 +218,13 @@ impl Collector {
             }
         }
         let stats = CollectStats {
-            directories_present: read.stats.directories_present,
-            directories_missing: read.stats.directories_missing,
-            directories_unreadable: read.stats.directories_unreadable,
-            files_listed: read.stats.files_listed,
+            directories_present: read_stats.directories_present,
+            directories_missing: read_stats.directories_missing,
+            directories_unreadable: read_stats.directories_unreadable,
+            files_listed: read_stats.files_listed,
             files_merged: merged.files_merged,
             records: merged.records,
-            bytes_read: read.stats.bytes_read,
+            bytes_read: read_stats.bytes_read,
             keys_decoded: self.store.len() - keys_before,
             replanned: merged.replanned,
         };

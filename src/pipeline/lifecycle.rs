@@ -14,7 +14,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::format::file_name::{writer_pid, FileName, GaugeMode};
+use crate::format::file_name::{writer_pid, GaugeMode};
 use crate::format::layout::LayoutError;
 use crate::model::{Labels, MetricFamily};
 use crate::source::writers::procfs::ProcessStats;
@@ -105,14 +105,25 @@ fn written(path: &Path) -> Option<WrittenFile> {
     })
 }
 
+/// What one collection decided for the files read.
+#[derive(Debug)]
+pub struct Sorted {
+    /// Whether each file takes part in the merge.
+    pub keep: Vec<bool>,
+    /// Whether each file's writer is dead (its values can no longer change).
+    pub dead: Vec<bool>,
+    /// What was found.
+    pub report: WriterReport,
+}
+
 /// Decides, for one collection, which read files are merged and which
-/// problems are only files being created. Returns whether each file of
-/// `files` is kept, and the report; `problems` loses the pending files.
+/// problems are only files being created; `problems` loses the pending
+/// files.
 pub fn sort_out(
     writers: &mut Writers,
     files: &[ReadFile<'_>],
     problems: &mut Vec<(usize, Problem)>,
-) -> (Vec<bool>, WriterReport) {
+) -> Sorted {
     let policy = writers.policy();
     let mut report = WriterReport {
         visibility: Some(writers.visibility()),
@@ -164,8 +175,7 @@ pub fn sort_out(
         report.records[s] += file.merge.keys.len();
         let mut kept = true;
         if *state == WriterState::Dead {
-            let name =
-                FileName::parse(&file.path.file_name().unwrap_or_default().to_string_lossy());
+            let name = file.merge.name;
             if let Some(mode) = name
                 .gauge_mode_name
                 .as_deref()
@@ -230,5 +240,9 @@ pub fn sort_out(
             .collect();
         report.process_families = ProcessStats::families("process_", &processes);
     }
-    (keep, report)
+    let dead = census.states[..files.len()]
+        .iter()
+        .map(|s| *s == WriterState::Dead)
+        .collect();
+    Sorted { keep, dead, report }
 }

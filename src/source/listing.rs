@@ -27,6 +27,10 @@ pub(super) struct Listed {
     /// Named as an input (not found in a directory): if it does not exist,
     /// it never did as far as the reader knows.
     pub(super) named: bool,
+    /// Listed from a listing reused because the directory has not changed
+    /// since: no entry was created, removed or renamed, so the entry is the
+    /// file it was at the last collection.
+    pub(super) unchanged: bool,
 }
 
 /// A directory's `*.db` entries as last listed.
@@ -84,6 +88,7 @@ pub(super) fn list_inputs(
                     inode: None,
                     device: None,
                     named: true,
+                    unchanged: false,
                 });
                 continue;
             }
@@ -122,7 +127,7 @@ pub(super) fn list_inputs(
                 entries,
             };
             if settled.is_none() {
-                push_listing(&listing, dir, link_policy, &mut paths, problems);
+                push_listing(&listing, dir, link_policy, false, &mut paths, problems);
                 continue;
             }
             listings.insert(dir.clone(), listing);
@@ -130,7 +135,7 @@ pub(super) fn list_inputs(
             stats.directories_present += 1;
         }
         if let Some(listing) = listings.get(dir) {
-            push_listing(listing, dir, link_policy, &mut paths, problems);
+            push_listing(listing, dir, link_policy, unchanged, &mut paths, problems);
         }
     }
     paths
@@ -191,6 +196,7 @@ fn push_listing(
     listing: &CachedListing,
     dir: &Path,
     link_policy: LinkPolicy,
+    unchanged: bool,
     paths: &mut Vec<Listed>,
     problems: &mut Vec<(usize, Problem)>,
 ) {
@@ -209,6 +215,7 @@ fn push_listing(
                 inode: entry.inode,
                 device: Some(listing.device),
                 named: false,
+                unchanged,
             }),
             Err(reason) => problems.push((
                 paths.len(),

@@ -48,6 +48,9 @@ struct CachedFile {
     recheck: bool,
     /// Its values are to be loaded from the map in this collection.
     pending: bool,
+    /// Its writer is dead: it cannot change, so neither its header nor its
+    /// values are loaded again (see [`Reader::freeze`]).
+    frozen: bool,
     /// The file mapped read-only (within the process-wide budget of maps),
     /// so that a steady-state read is a few loads and no system call.
     map: Option<MappedFile>,
@@ -176,14 +179,29 @@ impl Reader {
     pub fn recheck(&mut self, path: &Path) {
         if let Some(cached) = self.files.get_mut(path.as_os_str()) {
             cached.recheck = true;
+            cached.frozen = false;
         }
     }
 
-    /// [`Self::recheck`] for every file (the server calls it on its periodic
-    /// rescan, for file systems that deliver no events).
+    /// Marks the file at `path` (device and inode `identity`) as one whose
+    /// writer is dead: while the same file stays listed, its header and
+    /// values are not loaded again (a dead process's file cannot change), so
+    /// it costs a scrape nothing. [`Self::recheck`] and a changed identity
+    /// undo it.
+    pub fn freeze(&mut self, path: &Path, identity: (u64, u64)) {
+        if let Some(cached) = self.files.get_mut(path.as_os_str()) {
+            if (cached.device, cached.inode) == identity {
+                cached.frozen = true;
+            }
+        }
+    }
+
+    /// [`Self::recheck`] for every file but the frozen ones (the server calls
+    /// it on its periodic rescan, for file systems that deliver no events).
     pub fn recheck_all(&mut self) {
         for cached in self.files.values_mut() {
-            cached.recheck = true;
+            // A frozen file's map is never read: nothing to check.
+            cached.recheck = !cached.frozen;
         }
         self.listings.clear();
     }
@@ -230,7 +248,7 @@ impl Reader {
                     && self
                         .files
                         .get(listed.path.as_os_str())
-                        .is_none_or(|c| c.map.is_none());
+                        .is_none_or(|c| c.map.is_none() && !c.frozen);
                 if unloaded {
                     *outcome = Some(self.refresh(&listed.path, store, &mut stats));
                 }
@@ -319,6 +337,22 @@ impl Reader {
         // other files with the same inode numbers. While the map is held the
         // kernel cannot give its inode number to another file of the device.
         if cached.inode != inode || cached.device != device {
+            return false;
+        }
+        if cached.frozen && !cached.recheck {
+            // A dead writer's file, still the same inode: nothing to load.
+            // A map pins the inode; without one (beyond the budget of maps)
+            // its number may have gone to a new file, unless the directory
+            // is unchanged since: compare birth times.
+            let same = cached.map.is_some()
+                || listed.unchanged
+                || std::fs::metadata(&listed.path)
+                    .is_ok_and(|meta| meta.ino() == inode && birth(&meta) == cached.born);
+            if same {
+                cached.seen = true;
+                return true;
+            }
+            cached.frozen = false;
             return false;
         }
         let Some(map) = &cached.map else {
@@ -512,6 +546,7 @@ impl Reader {
                     seen: true,
                     recheck: false,
                     pending: false,
+                    frozen: false,
                     map: None,
                 },
             ) {

@@ -152,3 +152,38 @@ fn a_file_whose_records_exceed_the_whole_budget_is_skipped_before_it_is_read() {
     assert_eq!(read.problems[0].1.reason.label(), "over_memory_budget");
     assert!(read.stats.bytes_read <= FIRST_READ as u64);
 }
+
+/// A frozen file (its writer is dead) costs a collection nothing: neither
+/// its header nor its values are loaded, even on the periodic recheck; a
+/// modification event for it (`recheck`) reads it again.
+#[test]
+fn a_frozen_file_is_not_loaded_again_until_a_modification_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys: Vec<String> = (0..4).map(|i| key(i, 4)).collect();
+    let path = dir.path().join("counter_1.db");
+    write_file(&path, &keys);
+    let mut reader = Reader::new();
+    let mut store = KeyStore::new();
+    assert_eq!(
+        read_values(&mut reader, dir.path(), &mut store),
+        [[0.0, 1.0, 2.0, 3.0]]
+    );
+    assert_eq!(
+        read_values(&mut reader, dir.path(), &mut store),
+        [[0.0, 1.0, 2.0, 3.0]]
+    );
+    let meta = std::fs::metadata(&path).unwrap();
+    reader.freeze(&path, (meta.dev(), meta.ino()));
+    // Changed in place (as only a live writer could): not seen while frozen.
+    let first_value = HEADER_LEN + 4 + (keys[0].len() + 4).next_multiple_of(8) - 4;
+    let file = OpenOptions::new().write(true).open(&path).unwrap();
+    file.write_all_at(&7.0f64.to_ne_bytes(), first_value as u64)
+        .unwrap();
+    let read = reader.read(&[Input::Directory(dir.path().to_path_buf())], &mut store);
+    assert_eq!(read.stats.bytes_read, 0);
+    assert_eq!(read.files[0].merge.values[0].0, 0.0);
+    reader.recheck_all();
+    assert_eq!(read_values(&mut reader, dir.path(), &mut store)[0][0], 0.0);
+    reader.recheck(&path);
+    assert_eq!(read_values(&mut reader, dir.path(), &mut store)[0][0], 7.0);
+}

@@ -19,7 +19,7 @@
 
 pub mod procfs;
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -51,6 +51,10 @@ pub struct WriterPolicy {
     /// liveness is unknown, and still be taken for one being created
     /// (pending, not a problem). Zero: never.
     pub pending_grace: Duration,
+    /// Fold dead writers' values into a cached base once instead of adding
+    /// them in file order at every collection (sums may then differ from
+    /// prometheus_client's in their last bits).
+    pub fold_dead: bool,
 }
 
 impl Default for WriterPolicy {
@@ -61,6 +65,7 @@ impl Default for WriterPolicy {
             drop_dead_gauges: false,
             process_metrics: true,
             pending_grace: Duration::from_secs(10),
+            fold_dead: true,
         }
     }
 }
@@ -75,6 +80,7 @@ impl WriterPolicy {
             drop_dead_gauges: false,
             process_metrics: false,
             pending_grace: Duration::ZERO,
+            fold_dead: false,
         }
     }
 }
@@ -129,6 +135,13 @@ pub struct WrittenFile {
     pub born: f64,
 }
 
+impl WrittenFile {
+    /// What tells this file from any other: device, inode and creation time.
+    pub fn key(&self) -> (u64, u64, u64) {
+        (self.identity.0, self.identity.1, self.born.to_bits())
+    }
+}
+
 /// A process's start time may be read up to a second late (`btime` is whole
 /// seconds): a process that started this much after a file was created may
 /// still have created it.
@@ -174,8 +187,12 @@ struct NamespaceTable {
 pub struct Writers {
     policy: WriterPolicy,
     visibility: Visibility,
-    verdicts: HashMap<(u64, u64), Verdict>,
-    lookups: HashMap<u32, (Instant, Vec<Candidate>)>,
+    /// By device, inode and creation time (an inode number is reused by
+    /// a later file once the old one is deleted).
+    verdicts: HashMap<(u64, u64, u64), Verdict>,
+    /// Candidates by pid: when looked up (monotonic, and wall-clock seconds
+    /// since the Unix epoch, to compare with file creation times).
+    lookups: HashMap<u32, (Instant, f64, Vec<Candidate>)>,
     namespaces: NamespaceTable,
     self_pid: u32,
 }
@@ -200,8 +217,8 @@ impl Writers {
         Self {
             policy,
             visibility,
-            verdicts: HashMap::new(),
-            lookups: HashMap::new(),
+            verdicts: HashMap::default(),
+            lookups: HashMap::default(),
             namespaces: NamespaceTable::default(),
             self_pid: std::process::id(),
         }
@@ -229,7 +246,7 @@ impl Writers {
         }
         let now = Instant::now();
         let unconfirmed = self.visibility == Visibility::Unconfirmed;
-        let mut starts: HashMap<u32, Option<f64>> = HashMap::new();
+        let mut starts: HashMap<u32, Option<f64>> = HashMap::default();
         let mut states = Vec::with_capacity(files.len());
         let mut live: Vec<(u32, u32)> = Vec::new();
         for file in files {
@@ -237,7 +254,7 @@ impl Writers {
                 states.push(WriterState::Unknown);
                 continue;
             };
-            let state = match self.verdicts.get(&file.identity).copied() {
+            let state = match self.verdicts.get(&file.key()).copied() {
                 Some(Verdict::Dead) => WriterState::Dead,
                 Some(Verdict::Alive { host, start }) => {
                     let current = *starts
@@ -247,7 +264,7 @@ impl Writers {
                         live.push((pid, host));
                         WriterState::Live
                     } else {
-                        self.verdicts.remove(&file.identity);
+                        self.verdicts.remove(&file.key());
                         self.lookups.remove(&pid);
                         self.decide(pid, file, now, &mut live)
                     }
@@ -266,12 +283,12 @@ impl Writers {
         }
         // Forget what no file asked about (vanished files, exited pids).
         if self.verdicts.len() > 2 * files.len() + 1024 {
-            let asked: std::collections::HashSet<(u64, u64)> =
-                files.iter().map(|f| f.identity).collect();
+            let asked: std::collections::HashSet<(u64, u64, u64)> =
+                files.iter().map(WrittenFile::key).collect();
             self.verdicts.retain(|id, _| asked.contains(id));
         }
         self.lookups
-            .retain(|_, (at, _)| now.duration_since(*at) < LOOKUP_TTL);
+            .retain(|_, (at, _, _)| now.duration_since(*at) < LOOKUP_TTL);
         live.sort_unstable();
         live.dedup();
         Census { states, live }
@@ -286,7 +303,12 @@ impl Writers {
     ) -> WriterState {
         let mut candidates = self.candidates(pid, now, false);
         let (mut holder, mut possible) = Self::weigh(&candidates, file);
-        if holder.is_none() && possible.is_none() && !candidates.is_empty() {
+        let looked_up = self.lookups.get(&pid).map_or(f64::INFINITY, |l| l.1);
+        if holder.is_none()
+            && possible.is_none()
+            && !candidates.is_empty()
+            && looked_up < file.born + START_SLACK_SECONDS
+        {
             // The lookup may predate the file (a writer opens files as its
             // metrics are first used): look again before calling it dead.
             candidates = self.candidates(pid, now, true);
@@ -300,14 +322,14 @@ impl Writers {
         if let Some(i) = holder.or(possible.filter(|_| trusted)) {
             let (host, start) = (candidates[i].host, candidates[i].start);
             self.verdicts
-                .insert(file.identity, Verdict::Alive { host, start });
+                .insert(file.key(), Verdict::Alive { host, start });
             live.push((pid, host));
             return WriterState::Live;
         }
         match possible {
             Some(_) => WriterState::Unknown,
             None if trusted => {
-                self.verdicts.insert(file.identity, Verdict::Dead);
+                self.verdicts.insert(file.key(), Verdict::Dead);
                 WriterState::Dead
             }
             None => WriterState::Unknown,
@@ -337,11 +359,14 @@ impl Writers {
     /// innermost pid it is in a nested namespace.
     /// Looked up again when `fresh` or older than [`LOOKUP_TTL`].
     fn candidates(&mut self, pid: u32, now: Instant, fresh: bool) -> Vec<Candidate> {
-        if let Some((at, found)) = self.lookups.get(&pid) {
+        if let Some((at, _, found)) = self.lookups.get(&pid) {
             if !fresh && now.duration_since(*at) < LOOKUP_TTL {
                 return found.clone();
             }
         }
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
         let mut hosts = Vec::new();
         if pid != self.self_pid {
             hosts.push(pid);
@@ -368,7 +393,7 @@ impl Writers {
                 })
             })
             .collect();
-        self.lookups.insert(pid, (now, found.clone()));
+        self.lookups.insert(pid, (now, wall, found.clone()));
         found
     }
 }
@@ -377,7 +402,7 @@ impl NamespaceTable {
     /// Reads every process's innermost pid; keeps those that differ from
     /// the exporter's view of them.
     fn build(self_pid: u32, now: Instant) -> Self {
-        let mut nested: HashMap<u32, Vec<u32>> = HashMap::new();
+        let mut nested: HashMap<u32, Vec<u32>> = HashMap::default();
         for host in procfs::processes() {
             if host == self_pid {
                 continue;

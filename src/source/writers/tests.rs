@@ -57,6 +57,16 @@ fn kill(mut child: Child) {
     child.wait().unwrap();
 }
 
+/// A new file in a new directory, held open by a new child process.
+fn held_file() -> (tempfile::TempDir, std::path::PathBuf, Child) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("counter.db");
+    std::fs::write(&path, b"").unwrap();
+    let child = holder(&path);
+    settle(&child);
+    (dir, path, child)
+}
+
 fn proc_available() -> bool {
     Path::new("/proc/self/fd").exists()
 }
@@ -66,11 +76,7 @@ fn a_process_holding_its_file_is_live_and_dead_once_killed() {
     if !proc_available() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("counter.db");
-    std::fs::write(&path, b"").unwrap();
-    let child = holder(&path);
-    settle(&child);
+    let (_dir, path, child) = held_file();
     let pid = child.id();
     let file = written(&path, pid);
     let mut writers = Writers::new(WriterPolicy::default());
@@ -186,4 +192,35 @@ fn a_name_without_a_pid_is_unknown() {
         born: 0.0,
     };
     assert_eq!(writers.census(&[file]).states, [WriterState::Unknown]);
+}
+
+/// Regression: verdicts were kept by device and inode only, and a file
+/// created where a dead writer's file had been deleted often gets its inode
+/// number: the new, live writer's file was taken for dead (and its values
+/// frozen). The creation time tells them apart.
+#[test]
+fn a_new_file_with_a_dead_files_inode_number_is_decided_afresh() {
+    if !proc_available() {
+        return;
+    }
+    let (_dir, path, child) = held_file();
+    let live = written(&path, child.id());
+    let gone = {
+        let old = sleeper();
+        let pid = old.id();
+        kill(old);
+        pid
+    };
+    let deleted = WrittenFile {
+        pid: Some(gone),
+        born: live.born - 100.0,
+        ..live
+    };
+    let mut writers = Writers::new(WriterPolicy {
+        liveness: LivenessMode::Proc,
+        ..WriterPolicy::default()
+    });
+    assert_eq!(writers.census(&[deleted]).states, [WriterState::Dead]);
+    assert_eq!(writers.census(&[live]).states, [WriterState::Live]);
+    kill(child);
 }
