@@ -84,9 +84,14 @@ pub(crate) fn run(flags: DemoFlags) -> ExitCode {
         let stop = stop.clone();
         std::thread::spawn(move || crate::demo::run_demo(config, &stop))
     };
+    // The simulated writers are not processes: nothing to look for in /proc.
+    let directories = DirectoryFlags {
+        writers_liveness: super::flags::LivenessArg::Off,
+        ..DirectoryFlags::default()
+    };
     let code = match serve_settings(
         vec![dir.clone()],
-        &DirectoryFlags::default(),
+        &directories,
         &flags.config,
         &flags.web,
         DEMO_LISTEN_ADDRESS,

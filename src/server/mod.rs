@@ -444,6 +444,11 @@ pub async fn serve(settings: ServeSettings) -> ExitCode {
     let follow_links_outside = settings.link_policy == LinkPolicy::Anywhere;
     // 0 for none.
     let memory_budget_bytes = settings.memory_budget.as_ref().map_or(0, |b| b.limit());
+    let writers_liveness = match settings.writer_policy.liveness {
+        crate::source::writers::LivenessMode::Auto => "auto",
+        crate::source::writers::LivenessMode::Proc => "proc",
+        crate::source::writers::LivenessMode::Off => "off",
+    };
     let config_path = settings.config_path.clone();
     let telemetry_path = settings.telemetry_path.clone();
     let state = AppState::with_self_metrics(settings, self_metrics);
@@ -463,6 +468,7 @@ pub async fn serve(settings: ServeSettings) -> ExitCode {
         subdirectories_label = %subdirectories_label.as_deref().unwrap_or_default(),
         follow_links_outside,
         memory_budget_bytes,
+        writers_liveness,
         config = %shown(&config_path),
         telemetry_path = %telemetry_path,
         web_config = %shown(&web_config_path),

@@ -97,9 +97,15 @@ fn a_killed_writers_live_gauges_vanish_and_what_it_counted_stays() {
     let mut b = Writer::start(&python, dir);
     let (pid_a, pid_b) = (a.pid(), b.pid());
     let exporter = Exporter::start(&["--dir", dir.to_str().unwrap()]);
+    let start = exporter.find_log("Starting multiproc-exporter.").unwrap();
+    assert_eq!(start["writers_liveness"], "auto", "{start}");
 
     let body = exporter.metrics();
     assert_eq!(value(&body, "app_in_flight"), 2.0);
+    exporter.sync_logs();
+    assert!(exporter
+        .find_log("Writer processes are visible: the live gauges of writers that exited are left out, files being created are pending, live writers' process_* metrics are served.")
+        .is_some());
     assert_eq!(value(&body, "multiproc_exporter_writers_visible"), 1.0);
     assert_eq!(
         value(&body, "multiproc_exporter_writers{state=\"live\"}"),

@@ -109,7 +109,8 @@ impl Reporter {
     /// then when it changes) and dead writers' files passing the threshold.
     fn writers(&mut self, report: &WriterReport) {
         let files: usize = report.files.iter().sum();
-        if files > 0 {
+        // `off` was asked for (the start-up line says so): nothing to tell.
+        if files > 0 && report.visibility != Some(Visibility::Off) {
             let visible = matches!(
                 report.visibility,
                 Some(Visibility::Confirmed | Visibility::Assumed)
@@ -121,9 +122,6 @@ impl Reporter {
                     ),
                     Some(Visibility::Assumed) => tracing::info!(
                         "Writer liveness is taken from /proc (--writers.liveness=proc)."
-                    ),
-                    Some(Visibility::Off) => tracing::info!(
-                        "Writer liveness is off (--writers.liveness=off): serving as prometheus_client would."
                     ),
                     _ => tracing::info!(
                         "Writer processes are not visible (another pid namespace, or their open files cannot be read): serving as prometheus_client would; live gauges of writers that exited stay until mark_process_dead. See --writers.liveness and docs/deployment.md."
