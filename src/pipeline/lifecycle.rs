@@ -17,8 +17,8 @@ use std::sync::Arc;
 use crate::format::file_name::{writer_pid, GaugeMode};
 use crate::format::layout::LayoutError;
 use crate::model::{Labels, MetricFamily};
-use crate::source::writers::procfs::ProcessStats;
-use crate::source::writers::{live_process_dir, Visibility, WriterState, Writers, WrittenFile};
+use crate::source::writers::procfs::{self, ProcessStats};
+use crate::source::writers::{Visibility, WriterState, Writers, WrittenFile};
 use crate::source::{Problem, ReadFile, SkipReason};
 
 /// What one collection found about the writers.
@@ -234,7 +234,7 @@ pub fn sort_out(
             .map(|&(pid, host)| {
                 (
                     Labels::new([(Arc::from("pid"), Arc::from(pid.to_string()))]),
-                    ProcessStats::read(&live_process_dir(host)),
+                    ProcessStats::read(&procfs::process_dir(host)),
                 )
             })
             .collect();

@@ -20,7 +20,6 @@
 pub mod procfs;
 
 use rustc_hash::FxHashMap as HashMap;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// How the liveness of writers is decided (`--writers.liveness`).
@@ -418,11 +417,6 @@ impl NamespaceTable {
             nested,
         }
     }
-}
-
-/// `/proc/<pid>` of a live writer, for its process metrics.
-pub fn live_process_dir(host: u32) -> PathBuf {
-    procfs::process_dir(host)
 }
 
 #[cfg(test)]
