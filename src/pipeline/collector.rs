@@ -179,7 +179,7 @@ impl Collector {
             // Dead already at the last collection: the values loaded now
             // were written before the process exited, and are final.
             let dead = fold && *dead && self.dead_before.contains(&key);
-            if dead {
+            if dead && !file.frozen {
                 freeze.push((file.path.clone(), file.identity));
             }
             if *keep {

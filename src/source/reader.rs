@@ -81,6 +81,8 @@ pub struct ReadFile<'a> {
     pub born: f64,
     /// The bytes its header says are used.
     pub used_bytes: usize,
+    /// Already frozen ([`Reader::freeze`]): its values were not loaded.
+    pub frozen: bool,
     /// What the merge needs: name, keys, values and structure generation.
     pub merge: MergeInput<'a>,
 }
@@ -305,6 +307,7 @@ impl Reader {
                     identity: (cached.device, cached.inode),
                     born: cached.born.0 as f64 + f64::from(cached.born.1 as u32) * 1e-9,
                     used_bytes: cached.parsed_until,
+                    frozen: cached.frozen,
                     merge: MergeInput {
                         name: &cached.name,
                         keys: &cached.keys,
