@@ -15,7 +15,9 @@
 //!   the timing) it asserts that no key was decoded and the merge was not re-planned;
 //! * `cold`: the first scrape of a new reader (every key decoded, merge planned);
 //! * `dead_writers`: 16 live writers (real processes) alone, and with the files of 10,000
-//!   dead ones (`MPE_BENCH_DEAD`), liveness from /proc: dead writers are folded once.
+//!   dead ones (`MPE_BENCH_DEAD`), liveness from /proc, in a directory unchanged for a few
+//!   seconds: dead writers' files are folded once, then not even looked up (`_folded`), or
+//!   merged in file order at every scrape (`_exact`, `--writers.exact-sums`).
 //!
 //! Fixtures come from `benches/support/fixture.rs`, the generator `scripts/compare.py` uses
 //! through `examples/gen_fixture.rs`.
@@ -258,6 +260,9 @@ fn bench_dead_writers(c: &mut Criterion) {
             fold_dead,
             ..WriterPolicy::default()
         });
+        // Between two changes of the writers, the directory is unchanged for
+        // longer than the listing takes to settle (2 s): measure that state.
+        std::thread::sleep(Duration::from_millis(2500));
         let first = reader.collect(&inputs);
         assert!(first.problems.is_empty(), "{:?}", first.problems);
         assert_eq!(first.writers.writers, [16, dead, 0]);

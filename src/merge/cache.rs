@@ -46,6 +46,32 @@ pub struct PlanCache {
     /// The frozen files' contributions, applied once: the positions (in the
     /// plan's files) folded, and the state after them.
     base: Option<(Vec<usize>, Evaluation)>,
+    /// How to merge without the files the last merge marked as skipped.
+    steady: Option<Steady>,
+}
+
+/// What [`PlanCache::merge_steady`] needs: the plan and base of the last
+/// [`PlanCache::merge_folding`], seen from the files it did not mark skipped.
+#[derive(Debug)]
+struct Steady {
+    /// The generations of the files not skipped, in order.
+    signature: Vec<u64>,
+    /// What to do with each of them.
+    slots: Vec<SteadySlot>,
+    /// Files and records of the skipped files that took part.
+    files_merged: usize,
+    records: usize,
+}
+
+/// What [`PlanCache::merge_steady`] does with a file that was not skipped.
+#[derive(Debug, Clone, Copy)]
+enum SteadySlot {
+    /// Left out of the plan (see [`Merged::excluded`]).
+    Excluded,
+    /// Folded into the base already.
+    Folded,
+    /// Applied at this position of the plan.
+    Apply(usize),
 }
 
 impl PlanCache {
@@ -90,7 +116,53 @@ impl PlanCache {
     /// Merges `files` in order (keys interned in `store`), planning again
     /// only when their structure differs from the last call's.
     pub fn merge(&mut self, store: &mut KeyStore, files: &[MergeInput<'_>]) -> Merged {
-        self.merge_folding(store, files, &[])
+        self.merge_folding(store, files, &[], &[])
+    }
+
+    /// The last [`Self::merge_folding`] again, given only the files it did not
+    /// mark `skipped` (in the same order; the skipped ones are the same,
+    /// unchanged, which the caller vouches for): nothing is planned and
+    /// nothing of the skipped files is touched. `None` when the files given
+    /// are not structured as they were (plan with every file again).
+    /// [`Merged::excluded`] indexes `files` and names only them.
+    pub fn merge_steady(&mut self, files: &[MergeInput<'_>]) -> Option<Merged> {
+        let steady = self.steady.as_ref()?;
+        let (_, plan) = self.plan.as_ref()?;
+        let (_, base) = self.base.as_ref()?;
+        if steady.signature.len() != files.len()
+            || steady
+                .signature
+                .iter()
+                .zip(files)
+                .any(|(generation, file)| *generation != file.generation)
+        {
+            return None;
+        }
+        let mut merged = Merged {
+            files_merged: steady.files_merged,
+            records: steady.records,
+            ..Merged::default()
+        };
+        let mut state = base.clone();
+        for (i, (file, slot)) in files.iter().zip(&steady.slots).enumerate() {
+            match *slot {
+                SteadySlot::Excluded => {
+                    let generation = file.generation;
+                    if let Some((_, error)) = self.excluded.iter().find(|(g, _)| *g == generation) {
+                        merged.excluded.push((i, error.clone()));
+                    }
+                    continue;
+                }
+                SteadySlot::Folded => {}
+                SteadySlot::Apply(position) => {
+                    plan.apply(&mut state, position, file.values).ok()?
+                }
+            }
+            merged.files_merged += 1;
+            merged.records += file.values.len();
+        }
+        merged.families = plan.finish(state);
+        Some(merged)
     }
 
     /// [`Self::merge`], where the files marked in `frozen` (their values can
@@ -101,12 +173,17 @@ impl PlanCache {
     /// change the last bits of non-integer sums (integers below 2^53 add
     /// exactly in any order) and which of two equal `mostrecent` timestamps
     /// wins. An empty `frozen` merges exactly in file order.
+    ///
+    /// The frozen files marked in `skipped` may be left out of the next call,
+    /// made with [`Self::merge_steady`].
     pub fn merge_folding(
         &mut self,
         store: &mut KeyStore,
         files: &[MergeInput<'_>],
         frozen: &[bool],
+        skipped: &[bool],
     ) -> Merged {
+        self.steady = None;
         let signature: Vec<u64> = files.iter().map(|f| f.generation).collect();
         let reuse = matches!(&self.plan, Some((previous, _)) if *previous == signature);
         if !reuse {
@@ -152,13 +229,59 @@ impl PlanCache {
                 .filter(|(_, &i)| frozen.get(i).copied().unwrap_or(false))
                 .map(|(position, _)| position)
                 .collect();
+            let steady = (!folded.is_empty() && skipped.contains(&true))
+                .then(|| Steady::new(plan, files, frozen, skipped))
+                .flatten();
             merged.families = if folded.is_empty() {
                 self.base = None;
                 plan.evaluate(|i| files[i].values).unwrap_or_default()
             } else {
                 Self::evaluate_on_base(&mut self.base, plan, files, folded).unwrap_or_default()
             };
+            self.steady = steady;
         }
         merged
+    }
+}
+
+impl Steady {
+    /// How to merge `files` without the `skipped` ones on `plan`'s base;
+    /// `None` if a skipped file is not folded (it must be applied).
+    fn new(
+        plan: &MergePlan,
+        files: &[MergeInput<'_>],
+        frozen: &[bool],
+        skipped: &[bool],
+    ) -> Option<Steady> {
+        let is = |flags: &[bool], i: usize| flags.get(i).copied().unwrap_or(false);
+        let mut positions = vec![None; files.len()];
+        for (position, &i) in plan.files().iter().enumerate() {
+            positions[i] = Some(position);
+        }
+        let mut steady = Steady {
+            signature: Vec::new(),
+            slots: Vec::new(),
+            files_merged: 0,
+            records: 0,
+        };
+        for (i, file) in files.iter().enumerate() {
+            if is(skipped, i) {
+                if !is(frozen, i) {
+                    return None;
+                }
+                if positions[i].is_some() {
+                    steady.files_merged += 1;
+                    steady.records += file.values.len();
+                }
+                continue;
+            }
+            steady.signature.push(file.generation);
+            steady.slots.push(match positions[i] {
+                None => SteadySlot::Excluded,
+                Some(_) if is(frozen, i) => SteadySlot::Folded,
+                Some(position) => SteadySlot::Apply(position),
+            });
+        }
+        Some(steady)
     }
 }

@@ -331,7 +331,7 @@ fn folding_keeps_min_and_max_whichever_file_comes_first() {
         let frozen: Vec<bool> = (0..files.len())
             .map(|i| ((i / 5) % 2 == 0) == first_dead)
             .collect();
-        let folded = PlanCache::new().merge_folding(&mut store, &inputs(&files), &frozen);
+        let folded = PlanCache::new().merge_folding(&mut store, &inputs(&files), &frozen, &[]);
         assert_eq!(
             lines(&folded.families),
             lines(&exact),
@@ -351,7 +351,7 @@ fn folded_files_give_the_same_families_and_are_applied_once() {
     // Every other process dead: the even ones' files (five each) frozen.
     let frozen: Vec<bool> = (0..files.len()).map(|i| (i / 5) % 2 == 0).collect();
     let mut cache = PlanCache::new();
-    let folded = cache.merge_folding(&mut store, &inputs(&files), &frozen);
+    let folded = cache.merge_folding(&mut store, &inputs(&files), &frozen, &[]);
     assert_eq!(lines(&folded.families), lines(&exact));
     assert_eq!(folded.families, exact);
     // A frozen file's values are not read again: changing them changes
@@ -361,7 +361,7 @@ fn folded_files_give_the_same_families_and_are_applied_once() {
             value.0 += if frozen[i] { 1000.0 } else { 1.0 };
         }
     }
-    let again = cache.merge_folding(&mut store, &inputs(&files), &frozen);
+    let again = cache.merge_folding(&mut store, &inputs(&files), &frozen, &[]);
     assert!(!again.replanned);
     let expected: Vec<String> = {
         let mut unchanged = files.clone();
@@ -380,9 +380,76 @@ fn folded_files_give_the_same_families_and_are_applied_once() {
     };
     assert_eq!(lines(&again.families), expected);
     // Without a frozen file the merge is in file order again.
-    let none = cache.merge_folding(&mut store, &inputs(&files), &[]);
+    let none = cache.merge_folding(&mut store, &inputs(&files), &[], &[]);
     assert_eq!(
         lines(&none.families),
         lines(&PlanCache::new().merge(&mut store, &inputs(&files)).families)
     );
+}
+
+/// The frozen files a merge marks as skipped can be left out of the next
+/// ones ([`PlanCache::merge_steady`]): same families, the live files' new
+/// values show, and a live file whose structure changed needs a full merge.
+#[test]
+fn a_steady_merge_leaves_the_skipped_files_out_and_gives_the_same_families() {
+    let mut store = KeyStore::new();
+    let mut files = folding_files(&mut store, 6, 1.0);
+    let frozen: Vec<bool> = (0..files.len()).map(|i| (i / 5) % 2 == 0).collect();
+    let mut cache = PlanCache::new();
+    // Nothing skipped: no steady merge.
+    cache.merge_folding(&mut store, &inputs(&files), &frozen, &[]);
+    assert!(cache.merge_steady(&inputs(&files)).is_none());
+    let full = cache.merge_folding(&mut store, &inputs(&files), &frozen, &frozen);
+    let live = |files: &[Interned]| -> Vec<Interned> {
+        files
+            .iter()
+            .zip(&frozen)
+            .filter(|(_, f)| !**f)
+            .map(|(file, _)| file.clone())
+            .collect()
+    };
+    let positions: Vec<u64> = (0..frozen.len())
+        .filter(|i| !frozen[*i])
+        .map(|i| i as u64)
+        .collect();
+    // The generations of the files in the full list.
+    fn live_inputs<'a>(live: &'a [Interned], positions: &[u64]) -> Vec<MergeInput<'a>> {
+        inputs(live)
+            .into_iter()
+            .zip(positions)
+            .map(|(input, i)| MergeInput {
+                generation: *i,
+                ..input
+            })
+            .collect()
+    }
+    let rest = live(&files);
+    let steady = cache
+        .merge_steady(&live_inputs(&rest, &positions))
+        .expect("steady");
+    assert_eq!(steady.families, full.families);
+    assert_eq!(
+        (steady.files_merged, steady.records),
+        (full.files_merged, full.records)
+    );
+    // The live files count on.
+    for (i, (_, _, values)) in files.iter_mut().enumerate() {
+        if !frozen[i] {
+            for value in values.iter_mut() {
+                value.0 += 1.0;
+            }
+        }
+    }
+    let rest = live(&files);
+    let steady = cache
+        .merge_steady(&live_inputs(&rest, &positions))
+        .expect("steady");
+    assert_eq!(
+        lines(&steady.families),
+        lines(&PlanCache::new().merge(&mut store, &inputs(&files)).families)
+    );
+    // A file less (or a changed structure): not steady.
+    assert!(cache
+        .merge_steady(&live_inputs(&rest[1..], &positions))
+        .is_none());
 }

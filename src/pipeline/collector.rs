@@ -1,12 +1,14 @@
 //! Collecting: read the inputs ([`crate::source`]), then merge them
 //! ([`crate::merge`]), keeping both stages' caches between collections.
 
-use super::lifecycle::{sort_out, WriterReport};
+use super::lifecycle::{sort_out, SkippedShare, WriterReport};
 use crate::merge::{KeyStore, MergeInput, PlanCache};
 use crate::model::MetricFamily;
 use crate::source::link_policy::LinkPolicy;
 use crate::source::writers::{WriterPolicy, Writers};
-use crate::source::{release_free_heap, Input, MemoryBudget, Problem, Reader, SkipReason};
+use crate::source::{
+    release_free_heap, Input, MemoryBudget, Problem, ReadFile, Reader, SkipReason, SkipToken,
+};
 
 /// Counters describing one collection.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -21,6 +23,9 @@ pub struct CollectStats {
     pub files_listed: usize,
     /// Files merged.
     pub files_merged: usize,
+    /// Frozen files of dead writers not even looked up, their directory
+    /// being unchanged (their values are folded into a cached base).
+    pub files_skipped: usize,
     /// Records merged.
     pub records: usize,
     /// Bytes read from files.
@@ -53,6 +58,12 @@ pub struct Collector {
     /// Files whose writer was dead at the last collection: their values
     /// loaded since are final, so they can be frozen and folded.
     dead_before: rustc_hash::FxHashSet<(u64, u64, u64)>,
+    /// The share in the report of the files the reader skipped, for the set
+    /// it was worked out for.
+    skipped_share: Option<(SkipToken, SkippedShare)>,
+    /// The set of skipped files the plan cache can merge without
+    /// ([`PlanCache::merge_steady`]), and their problems.
+    steady: Option<(SkipToken, Vec<(usize, Problem)>)>,
     store: KeyStore,
     plans: PlanCache,
     /// The key store's size right after it was last built from scratch.
@@ -79,6 +90,8 @@ impl Default for Collector {
             reader: Reader::default(),
             writers: Writers::new(WriterPolicy::exact()),
             dead_before: Default::default(),
+            skipped_share: None,
+            steady: None,
             store: KeyStore::default(),
             plans: PlanCache::default(),
             fresh_store_bytes: None,
@@ -109,6 +122,8 @@ impl Collector {
     pub fn set_writer_policy(&mut self, policy: WriterPolicy) {
         if self.writers.policy() != policy {
             self.writers = Writers::new(policy);
+            // Files frozen under the old policy: read everything again.
+            self.rebuild = true;
         }
     }
 
@@ -160,54 +175,117 @@ impl Collector {
             // allocator's per-thread arenas keep it resident.
             release_free_heap();
         }
+        // A dead writer's pid that holds its file again: not final.
+        for pid in self.writers.revived() {
+            self.reader.thaw_writer(pid);
+        }
         let keys_before = self.store.len();
         let read = self.reader.read(inputs, &mut self.store);
         let mut problems = read.problems;
-        let sorted = sort_out(&mut self.writers, &read.files, &mut problems);
+        let policy = self.writers.policy();
+        // The skipped files (frozen, unchanged): their share is worked out
+        // once for each set of them.
+        let token = read.skipped.token();
+        let files_skipped = read.skipped.len();
+        let share = match (&token, &self.skipped_share) {
+            (None, _) => None,
+            (Some(token), Some((known, share))) if known == token => Some(share),
+            (Some(token), _) => {
+                let share = SkippedShare::new(policy, &read.skipped.files());
+                self.skipped_share = Some((token.clone(), share));
+                self.skipped_share.as_ref().map(|(_, share)| share)
+            }
+        };
+        let sorted = sort_out(&mut self.writers, &read.files, share, &mut problems);
         let writers = sorted.report;
-        let fold = self.writers.policy().fold_dead;
-        let mut kept: Vec<&crate::source::ReadFile<'_>> = Vec::with_capacity(read.files.len());
-        let mut frozen: Vec<bool> = Vec::new();
+        let mut kept: Vec<&ReadFile<'_>> = Vec::with_capacity(read.files.len());
+        let mut folded: Vec<bool> = Vec::new();
         let mut freeze: Vec<(std::path::PathBuf, (u64, u64))> = Vec::new();
+        let mut thaw: Vec<std::path::PathBuf> = Vec::new();
         let mut dead_now = rustc_hash::FxHashSet::default();
         for ((file, keep), dead) in read.files.iter().zip(&sorted.keep).zip(&sorted.dead) {
             // Device, inode and creation time: inode numbers are reused.
             let key = (file.identity.0, file.identity.1, file.born.to_bits());
             if *dead {
                 dead_now.insert(key);
+            } else if file.frozen {
+                // Its pid holds the file again: not final after all.
+                thaw.push(file.path.clone());
             }
             // Dead already at the last collection: the values loaded now
             // were written before the process exited, and are final.
-            let dead = fold && *dead && self.dead_before.contains(&key);
-            if dead && !file.frozen {
+            let fold =
+                policy.fold_dead && *dead && (file.frozen || self.dead_before.contains(&key));
+            if fold && !file.frozen {
                 freeze.push((file.path.clone(), file.identity));
             }
             if *keep {
                 kept.push(file);
-                frozen.push(dead);
+                folded.push(fold);
             }
         }
-        let merge_inputs: Vec<MergeInput<'_>> = kept.iter().map(|f| f.merge).collect();
-        let merged = self
-            .plans
-            .merge_folding(&mut self.store, &merge_inputs, &frozen);
         self.dead_before = dead_now;
+        let steady = token.is_some() && self.steady.as_ref().map(|(t, _)| t) == token.as_ref();
+        let merged = if steady {
+            let inputs: Vec<MergeInput<'_>> = kept.iter().map(|f| f.merge).collect();
+            self.plans.merge_steady(&inputs)
+        } else {
+            None
+        };
+        let merged = match merged {
+            Some(merged) => {
+                for (i, error) in merged.excluded.iter() {
+                    problems.push(problem(kept[*i], error.clone()));
+                }
+                if let Some((_, skipped_problems)) = &self.steady {
+                    problems.extend(skipped_problems.iter().cloned());
+                }
+                merged
+            }
+            None => {
+                // Every file, the skipped ones in their places.
+                let skipped = read.skipped.files();
+                let keep = share.map_or(&[][..], |s| &s.keep[..]);
+                let mut all: Vec<(&ReadFile<'_>, bool, bool)> =
+                    Vec::with_capacity(kept.len() + skipped.len());
+                let mut visited = kept.iter().zip(&folded).peekable();
+                for (file, _) in skipped.iter().zip(keep).filter(|(_, keep)| **keep) {
+                    while let Some((read_file, fold)) =
+                        visited.next_if(|(f, _)| f.position < file.position)
+                    {
+                        all.push((read_file, *fold, false));
+                    }
+                    all.push((file, true, true));
+                }
+                all.extend(visited.map(|(f, fold)| (*f, *fold, false)));
+                let inputs: Vec<MergeInput<'_>> = all.iter().map(|(f, _, _)| f.merge).collect();
+                let frozen: Vec<bool> = all.iter().map(|(_, fold, _)| *fold).collect();
+                let is_skipped: Vec<bool> = all.iter().map(|(_, _, s)| *s).collect();
+                let merged =
+                    self.plans
+                        .merge_folding(&mut self.store, &inputs, &frozen, &is_skipped);
+                let mut skipped_problems = Vec::new();
+                for (i, error) in merged.excluded.iter() {
+                    let (file, _, skipped) = all[*i];
+                    let problem = problem(file, error.clone());
+                    if skipped {
+                        skipped_problems.push(problem.clone());
+                    }
+                    problems.push(problem);
+                }
+                self.steady = token.map(|token| (token, skipped_problems));
+                merged
+            }
+        };
         let merged_replanned = merged.replanned;
-        for (i, error) in merged.excluded {
-            let file = kept[i];
-            problems.push((
-                file.position,
-                Problem {
-                    path: file.path.clone(),
-                    reason: SkipReason::Merge(error),
-                },
-            ));
-        }
         problems.sort_by_key(|(position, _)| *position);
         let read_stats = read.stats;
         // Dead writers' files cannot change: not loaded again.
         for (path, identity) in freeze {
             self.reader.freeze(&path, identity);
+        }
+        for path in thaw {
+            self.reader.recheck(&path);
         }
         self.trim = read_stats.files_forgotten > 0 || merged_replanned;
         let store_bytes = self.store.approx_bytes();
@@ -223,6 +301,7 @@ impl Collector {
             directories_unreadable: read_stats.directories_unreadable,
             files_listed: read_stats.files_listed,
             files_merged: merged.files_merged,
+            files_skipped,
             records: merged.records,
             bytes_read: read_stats.bytes_read,
             keys_decoded: self.store.len() - keys_before,
@@ -242,4 +321,15 @@ impl Collector {
             writers,
         }
     }
+}
+
+/// The problem of a file the merge left out.
+fn problem(file: &ReadFile<'_>, error: crate::merge::MergeError) -> (usize, Problem) {
+    (
+        file.position,
+        Problem {
+            path: file.path.clone(),
+            reason: SkipReason::Merge(error),
+        },
+    )
 }

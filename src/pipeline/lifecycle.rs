@@ -18,7 +18,7 @@ use crate::format::file_name::{writer_pid, GaugeMode};
 use crate::format::layout::LayoutError;
 use crate::model::{Labels, MetricFamily};
 use crate::source::writers::procfs::{self, ProcessStats};
-use crate::source::writers::{Visibility, WriterState, Writers, WrittenFile};
+use crate::source::writers::{Visibility, WriterPolicy, WriterState, Writers, WrittenFile};
 use crate::source::{Problem, ReadFile, SkipReason};
 
 /// What one collection found about the writers.
@@ -105,6 +105,86 @@ fn written(path: &Path) -> Option<WrittenFile> {
     })
 }
 
+/// The share of the files a collection skipped (frozen files of dead
+/// writers, see [`crate::source::Skipped`]) in the report, worked out once
+/// for a set of skipped files.
+#[derive(Debug, Clone, Default)]
+pub struct SkippedShare {
+    /// Whether each skipped file takes part in the merge, in order.
+    pub keep: Vec<bool>,
+    /// Files, used bytes and records.
+    files: usize,
+    bytes: u64,
+    records: usize,
+    /// Their writers' pids, sorted, and the files whose name gives none.
+    pids: Vec<u32>,
+    unnamed: usize,
+    /// Gauge files by mode: (mode, served, files).
+    dead_gauges: Vec<(GaugeMode, bool, usize)>,
+}
+
+impl SkippedShare {
+    /// The share of `files`, every one a dead writer's, under `policy`.
+    pub fn new(policy: WriterPolicy, files: &[ReadFile<'_>]) -> Self {
+        let mut share = SkippedShare::default();
+        for file in files {
+            share.files += 1;
+            share.bytes += file.used_bytes as u64;
+            share.records += file.merge.keys.len();
+            match file_pid(file) {
+                Some(pid) => share.pids.push(pid),
+                None => share.unnamed += 1,
+            }
+            share
+                .keep
+                .push(keep_dead(policy, file, &mut share.dead_gauges));
+        }
+        share.pids.sort_unstable();
+        share.pids.dedup();
+        share
+    }
+}
+
+/// The writer's pid, from the file's name.
+fn file_pid(file: &ReadFile<'_>) -> Option<u32> {
+    file.path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(writer_pid)
+}
+
+/// Whether a dead writer's `file` takes part in the merge under `policy`;
+/// counts it in `dead_gauges` if it is a gauge file.
+fn keep_dead(
+    policy: WriterPolicy,
+    file: &ReadFile<'_>,
+    dead_gauges: &mut Vec<(GaugeMode, bool, usize)>,
+) -> bool {
+    let Some(mode) = file
+        .merge
+        .name
+        .gauge_mode_name
+        .as_deref()
+        .and_then(GaugeMode::from_name)
+    else {
+        return true;
+    };
+    let kept = if mode.is_live() {
+        policy.keep_dead_live_gauges
+    } else {
+        !(policy.drop_dead_gauges
+            && matches!(mode, GaugeMode::Sum | GaugeMode::Min | GaugeMode::Max))
+    };
+    match dead_gauges
+        .iter_mut()
+        .find(|(m, k, _)| *m == mode && *k == kept)
+    {
+        Some(entry) => entry.2 += 1,
+        None => dead_gauges.push((mode, kept, 1)),
+    }
+    kept
+}
+
 /// What one collection decided for the files read.
 #[derive(Debug)]
 pub struct Sorted {
@@ -118,10 +198,11 @@ pub struct Sorted {
 
 /// Decides, for one collection, which read files are merged and which
 /// problems are only files being created; `problems` loses the pending
-/// files.
+/// files. The `skipped` files' share is added to the report.
 pub fn sort_out(
     writers: &mut Writers,
     files: &[ReadFile<'_>],
+    skipped: Option<&SkippedShare>,
     problems: &mut Vec<(usize, Problem)>,
 ) -> Sorted {
     let policy = writers.policy();
@@ -144,11 +225,7 @@ pub fn sort_out(
     let mut asked: Vec<WrittenFile> = files
         .iter()
         .map(|f| WrittenFile {
-            pid: f
-                .path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .and_then(writer_pid),
+            pid: file_pid(f),
             identity: f.identity,
             born: f.born,
         })
@@ -173,34 +250,30 @@ pub fn sort_out(
         report.files[s] += 1;
         report.bytes[s] += file.used_bytes as u64;
         report.records[s] += file.merge.keys.len();
-        let mut kept = true;
-        if *state == WriterState::Dead {
-            let name = file.merge.name;
-            if let Some(mode) = name
-                .gauge_mode_name
-                .as_deref()
-                .and_then(GaugeMode::from_name)
-            {
-                kept = if mode.is_live() {
-                    policy.keep_dead_live_gauges
-                } else {
-                    !(policy.drop_dead_gauges
-                        && matches!(mode, GaugeMode::Sum | GaugeMode::Min | GaugeMode::Max))
-                };
-                match dead_gauges
-                    .iter_mut()
-                    .find(|(m, k, _)| *m == mode && *k == kept)
-                {
-                    Some(entry) => entry.2 += 1,
-                    None => dead_gauges.push((mode, kept, 1)),
-                }
-            }
-        }
+        let kept = *state != WriterState::Dead || keep_dead(policy, file, &mut dead_gauges);
         keep.push(kept);
     }
     for p in &mut pids {
         p.sort_unstable();
         p.dedup();
+    }
+    if let Some(share) = skipped {
+        let s = slot(WriterState::Dead);
+        // A pid counts once, whether its files were skipped or read.
+        pids[s].retain(|pid| share.pids.binary_search(pid).is_err());
+        report.writers[s] += share.pids.len() + share.unnamed;
+        report.files[s] += share.files;
+        report.bytes[s] += share.bytes;
+        report.records[s] += share.records;
+        for &(mode, kept, n) in &share.dead_gauges {
+            match dead_gauges
+                .iter_mut()
+                .find(|(m, k, _)| *m == mode && *k == kept)
+            {
+                Some(entry) => entry.2 += n,
+                None => dead_gauges.push((mode, kept, n)),
+            }
+        }
     }
     for (s, p) in pids.iter().enumerate() {
         report.writers[s] += p.len();

@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 
 pub use budget::MemoryBudget;
 pub use mapped::release_free_heap;
-pub use reader::{Read, ReadFile, Reader};
+pub use reader::{Read, ReadFile, Reader, SkipToken, Skipped};
 pub use skip::{Problem, SkipReason};
 
 /// An input to read: a directory (its `*.db` entries, in `readdir` order) or

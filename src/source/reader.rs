@@ -17,7 +17,7 @@ use super::link_policy::LinkPolicy;
 use super::listing::{list_inputs, CachedListing, Listed};
 use super::mapped::MappedFile;
 use super::{Input, Problem, ReadStats, SkipReason};
-use crate::format::file_name::FileName;
+use crate::format::file_name::{writer_pid, FileName};
 use crate::format::layout::{
     read_used, read_value, record_len, scan_window, LayoutError, HEADER_LEN, VALUE_LEN,
 };
@@ -42,15 +42,12 @@ struct CachedFile {
     values: Vec<(f64, f64)>,
     /// Changes whenever `keys` changes; identifies the file's structure.
     generation: u64,
-    /// Seen in the current collection.
-    seen: bool,
+    /// The collection that last listed it.
+    seen_in: u64,
     /// Check the path with `stat` before trusting the map again.
     recheck: bool,
     /// Its values are to be loaded from the map in this collection.
     pending: bool,
-    /// Its writer is dead: it cannot change, so neither its header nor its
-    /// values are loaded again (see [`Reader::freeze`]).
-    frozen: bool,
     /// The file mapped read-only (within the process-wide budget of maps),
     /// so that a steady-state read is a few loads and no system call.
     map: Option<MappedFile>,
@@ -90,8 +87,12 @@ pub struct ReadFile<'a> {
 /// The result of one [`Reader::read`].
 #[derive(Debug)]
 pub struct Read<'a> {
-    /// The files that can take part in the merge, in listing order.
+    /// The files that can take part in the merge, in listing order, except
+    /// the frozen files that were skipped.
     pub files: Vec<ReadFile<'a>>,
+    /// The frozen files skipped (not even looked up): they are those of the
+    /// last collection that marked them, unchanged.
+    pub skipped: Skipped<'a>,
     /// Paths left out, with their listing positions.
     pub problems: Vec<(usize, Problem)>,
     /// Counters.
@@ -103,6 +104,13 @@ pub struct Read<'a> {
 pub struct Reader {
     /// Keyed by path bytes (hashing a `Path` walks its components).
     files: FxHashMap<OsString, CachedFile>,
+    /// The frozen files ([`Self::freeze`]), apart, so that a collection
+    /// that skips them walks none of them.
+    frozen: FxHashMap<OsString, CachedFile>,
+    /// Changes whenever the set of frozen files does.
+    frozen_epoch: u64,
+    /// Estimated heap bytes of the frozen files.
+    frozen_bytes: usize,
     next_generation: u64,
     buffer: Vec<u8>,
     /// Which symbolic links in a directory are followed.
@@ -156,6 +164,9 @@ impl Reader {
     /// settings are kept.
     pub fn forget_files(&mut self) {
         self.files.clear();
+        self.frozen.clear();
+        self.frozen_bytes = 0;
+        self.frozen_epoch += 1;
         self.over_budget.clear();
         self.files_bytes = 0;
         self.buffer = Vec::new();
@@ -179,33 +190,78 @@ impl Reader {
     /// is noticed by the fault it causes only when a whole page disappears;
     /// this check notices every size change.
     pub fn recheck(&mut self, path: &Path) {
+        self.thaw(path.as_os_str());
         if let Some(cached) = self.files.get_mut(path.as_os_str()) {
             cached.recheck = true;
-            cached.frozen = false;
         }
     }
 
     /// Marks the file at `path` (device and inode `identity`) as one whose
     /// writer is dead: while the same file stays listed, its header and
-    /// values are not loaded again (a dead process's file cannot change), so
-    /// it costs a scrape nothing. [`Self::recheck`] and a changed identity
-    /// undo it.
+    /// values are not loaded again (a dead process's file cannot change), and
+    /// once the directory is unchanged it is not even looked up (see
+    /// [`Read::skipped`]), so it costs a scrape nothing. [`Self::recheck`]
+    /// and a changed identity undo it.
     pub fn freeze(&mut self, path: &Path, identity: (u64, u64)) {
-        if let Some(cached) = self.files.get_mut(path.as_os_str()) {
-            if (cached.device, cached.inode) == identity {
-                cached.frozen = true;
-            }
+        let matches = self
+            .files
+            .get(path.as_os_str())
+            .is_some_and(|cached| (cached.device, cached.inode) == identity);
+        if let Some((key, mut cached)) = self
+            .files
+            .remove_entry(path.as_os_str())
+            .filter(|_| matches)
+        {
+            cached.pending = false;
+            cached.recheck = false;
+            // Its values are never loaded again: release the map (and the
+            // pages it brought in) for the live writers' files.
+            cached.map = None;
+            self.frozen_bytes += cached.heap_bytes();
+            self.frozen.insert(key, cached);
+            self.frozen_epoch += 1;
+        }
+    }
+
+    /// Undoes [`Self::freeze`] for the file at `path`, if it was frozen.
+    fn thaw(&mut self, path: &OsStr) {
+        if let Some((key, cached)) = self.frozen.remove_entry(path) {
+            self.frozen_bytes = self.frozen_bytes.saturating_sub(cached.heap_bytes());
+            self.files.insert(key, cached);
+            self.frozen_epoch += 1;
+        }
+    }
+
+    /// Undoes [`Self::freeze`] for every file whose name gives `pid` as its
+    /// writer's (a process of that pid holds one of them again).
+    pub fn thaw_writer(&mut self, pid: u32) {
+        let thawed: Vec<OsString> = self
+            .frozen
+            .keys()
+            .filter(|path| {
+                Path::new(path)
+                    .file_name()
+                    .and_then(OsStr::to_str)
+                    .and_then(writer_pid)
+                    == Some(pid)
+            })
+            .cloned()
+            .collect();
+        for path in thawed {
+            self.thaw(&path);
         }
     }
 
     /// [`Self::recheck`] for every file but the frozen ones (the server calls
-    /// it on its periodic rescan, for file systems that deliver no events).
+    /// it on its periodic rescan, for file systems that deliver no events):
+    /// a frozen file's map is never read, so there is nothing to check.
     pub fn recheck_all(&mut self) {
         for cached in self.files.values_mut() {
-            // A frozen file's map is never read: nothing to check.
-            cached.recheck = !cached.frozen;
+            cached.recheck = true;
         }
-        self.listings.clear();
+        for listing in self.listings.values_mut() {
+            listing.verify_next();
+        }
     }
 
     /// Lists and reads `inputs` (in order; directories expanded in `readdir`
@@ -215,22 +271,36 @@ impl Reader {
     pub fn read(&mut self, inputs: &[Input], store: &mut KeyStore) -> Read<'_> {
         let mut stats = ReadStats::default();
         let mut problems = Vec::new();
-        let paths = list_inputs(
+        // Mark the frozen entries of the listings kept (once per change of
+        // the frozen set): unchanged directories skip them.
+        let epoch = self.frozen_epoch;
+        for listing in self.listings.values_mut() {
+            if listing.frozen_epoch() != Some(epoch) {
+                let frozen = &self.frozen;
+                listing.mark_frozen(epoch, |path| frozen.contains_key(path.as_os_str()));
+            }
+        }
+        let listing = list_inputs(
             inputs,
             self.link_policy,
             &mut self.listings,
+            epoch,
             &mut stats,
             &mut problems,
         );
-        stats.files_listed = paths.len();
+        let paths = listing.paths;
+        let skipped_directories = listing.skipped;
+        stats.files_listed =
+            paths.len() + skipped_directories.iter().map(|d| d.skipped).sum::<usize>();
         self.collections += 1;
-        self.files_bytes = 0;
-        let budgeted = self.budget.is_some();
-        for cached in self.files.values_mut() {
-            cached.seen = false;
-            if budgeted {
-                self.files_bytes += cached.heap_bytes();
-            }
+        let collection = self.collections;
+        self.files_bytes = self.frozen_bytes;
+        if self.budget.is_some() {
+            self.files_bytes += self
+                .files
+                .values()
+                .map(CachedFile::heap_bytes)
+                .sum::<usize>();
         }
 
         // Read every listed file: unchanged mapped files only have their
@@ -247,10 +317,11 @@ impl Reader {
             // Some file shrank under its map: read those from the file.
             for (listed, outcome) in paths.iter().zip(outcomes.iter_mut()) {
                 let unloaded = outcome.is_none()
+                    && !self.frozen.contains_key(listed.path.as_os_str())
                     && self
                         .files
                         .get(listed.path.as_os_str())
-                        .is_none_or(|c| c.map.is_none() && !c.frozen);
+                        .is_none_or(|c| c.map.is_none());
                 if unloaded {
                     *outcome = Some(self.refresh(&listed.path, store, &mut stats));
                 }
@@ -259,9 +330,30 @@ impl Reader {
 
         // Forget the files that are gone (their maps are released with them).
         let before = self.files.len();
-        self.files.retain(|_, cached| cached.seen);
+        self.files.retain(|_, cached| cached.seen_in == collection);
         stats.files_forgotten = before - self.files.len();
-        let collection = self.collections;
+        // A frozen file is gone only if a directory was listed anew (or is
+        // named); a skipped one is still there.
+        let named = inputs.iter().any(|i| matches!(i, Input::File(_)));
+        if listing.relisted || named {
+            let before = self.frozen.len();
+            let mut released = 0;
+            self.frozen.retain(|path, cached| {
+                let kept = cached.seen_in == collection
+                    || skipped_directories
+                        .iter()
+                        .any(|d| Path::new(path).parent() == Some(d.dir.as_path()));
+                if !kept {
+                    released += cached.heap_bytes();
+                }
+                kept
+            });
+            if self.frozen.len() != before {
+                stats.files_forgotten += before - self.frozen.len();
+                self.frozen_bytes = self.frozen_bytes.saturating_sub(released);
+                self.frozen_epoch += 1;
+            }
+        }
         self.over_budget.retain(|_, o| o.collection == collection);
         if let Some(budget) = &self.budget {
             let now = store.approx_bytes()
@@ -270,12 +362,14 @@ impl Reader {
                     .values()
                     .map(CachedFile::heap_bytes)
                     .sum::<usize>()
+                + self.frozen_bytes
                 + self.buffer.capacity();
             budget.update(self.charged, now);
             self.charged = now;
         }
         let mut files = Vec::with_capacity(paths.len());
-        for (position, (listed, outcome)) in paths.into_iter().zip(outcomes).enumerate() {
+        for (listed, outcome) in paths.into_iter().zip(outcomes) {
+            let position = listed.position;
             match outcome.unwrap_or(Ok(())) {
                 Ok(()) => files.push((position, listed.path)),
                 // A missing live gauge file is normal (mark_process_dead),
@@ -297,29 +391,25 @@ impl Reader {
                 )),
             }
         }
-        let cache = &self.files;
+        let (cache, frozen) = (&self.files, &self.frozen);
         let files = files
             .into_iter()
-            .filter_map(|(position, path)| {
-                let cached = cache.get(path.as_os_str())?;
-                Some(ReadFile {
-                    position,
-                    identity: (cached.device, cached.inode),
-                    born: cached.born.0 as f64 + f64::from(cached.born.1 as u32) * 1e-9,
-                    used_bytes: cached.parsed_until,
-                    frozen: cached.frozen,
-                    merge: MergeInput {
-                        name: &cached.name,
-                        keys: &cached.keys,
-                        values: &cached.values,
-                        generation: cached.generation,
-                    },
-                    path,
-                })
+            .filter_map(|(position, path)| match frozen.get(path.as_os_str()) {
+                Some(cached) => Some(read_file(position, path, cached, true)),
+                None => {
+                    let cached = cache.get(path.as_os_str())?;
+                    Some(read_file(position, path, cached, false))
+                }
             })
             .collect();
         Read {
             files,
+            skipped: Skipped {
+                directories: skipped_directories,
+                listings: &self.listings,
+                frozen: &self.frozen,
+                epoch,
+            },
             problems,
             stats,
         }
@@ -330,6 +420,25 @@ impl Reader {
     /// left to [`Self::load_pending_values`]; if not, it must be read with
     /// [`Self::refresh`].
     fn check_mapped(&mut self, listed: &Listed) -> bool {
+        let collection = self.collections;
+        if let Some(cached) = self.frozen.get_mut(listed.path.as_os_str()) {
+            // A dead writer's file, still the same inode: nothing to load.
+            // Its map was released, so its inode number may have gone to a
+            // new file, unless the directory is unchanged since: compare
+            // birth times.
+            let identity = (listed.inode, listed.device);
+            let same = identity == (Some(cached.inode), Some(cached.device)) && listed.unchanged
+                || std::fs::metadata(&listed.path).is_ok_and(|meta| {
+                    (meta.dev(), meta.ino()) == (cached.device, cached.inode)
+                        && birth(&meta) == cached.born
+                });
+            if same {
+                cached.seen_in = collection;
+                return true;
+            }
+            self.thaw(listed.path.as_os_str());
+            return false;
+        }
         let (Some(inode), Some(device)) = (listed.inode, listed.device) else {
             return false;
         };
@@ -340,22 +449,6 @@ impl Reader {
         // other files with the same inode numbers. While the map is held the
         // kernel cannot give its inode number to another file of the device.
         if cached.inode != inode || cached.device != device {
-            return false;
-        }
-        if cached.frozen && !cached.recheck {
-            // A dead writer's file, still the same inode: nothing to load.
-            // A map pins the inode; without one (beyond the budget of maps)
-            // its number may have gone to a new file, unless the directory
-            // is unchanged since: compare birth times.
-            let same = cached.map.is_some()
-                || listed.unchanged
-                || std::fs::metadata(&listed.path)
-                    .is_ok_and(|meta| meta.ino() == inode && birth(&meta) == cached.born);
-            if same {
-                cached.seen = true;
-                return true;
-            }
-            cached.frozen = false;
             return false;
         }
         let Some(map) = &cached.map else {
@@ -380,7 +473,7 @@ impl Reader {
             cached.map = None;
             return false;
         }
-        cached.seen = true;
+        cached.seen_in = collection;
         cached.pending = true;
         true
     }
@@ -546,10 +639,9 @@ impl Reader {
                     value_offsets: Vec::new(),
                     values: Vec::new(),
                     generation,
-                    seen: true,
+                    seen_in: self.collections,
                     recheck: false,
                     pending: false,
-                    frozen: false,
                     map: None,
                 },
             ) {
@@ -561,7 +653,7 @@ impl Reader {
             .files
             .get_mut(path.as_os_str())
             .ok_or(SkipReason::Vanished)?;
-        cached.seen = true;
+        cached.seen_in = self.collections;
         let old_records = cached.keys.len();
 
         // Scan the new records, a window at a time. Every window starts at a
@@ -896,6 +988,11 @@ fn read_fully_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> 
     }
     Ok(done)
 }
+
+mod skipped;
+
+use skipped::read_file;
+pub use skipped::{SkipToken, Skipped};
 
 #[cfg(test)]
 mod tests;

@@ -451,3 +451,211 @@ fn gunicorn_worker_churn_is_normal_operation() {
     assert_eq!(merged_part(&exporter.metrics()), expected.text);
     assert!(warnings(&exporter).is_empty(), "{:#?}", warnings(&exporter));
 }
+
+/// A process id that was in use and is free now (a killed `sleep`).
+fn dead_pid() -> u32 {
+    let mut child = Command::new("sleep").arg("60").spawn().unwrap();
+    let pid = child.id();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    pid
+}
+
+/// Sets the directory's modification time an hour back, so that its listing
+/// is reused while it stays unchanged.
+fn settle_directory(dir: &Path) {
+    std::fs::File::open(dir)
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() - Duration::from_secs(3600))
+        .unwrap();
+}
+
+/// Dead writers' files, with whole values (so that folding them in another
+/// order changes no bit): a counter, a `livesum` and a `sum` gauge each.
+fn write_dead_writer(dir: &Path, pid: u32, n: f64) {
+    use crate::support::{key, write_db};
+    write_db(
+        &dir.join(format!("counter_{pid}.db")),
+        &[(
+            key(
+                "app_requests",
+                "app_requests_total",
+                &[],
+                "Requests handled.",
+            ),
+            n,
+        )],
+    );
+    for mode in ["livesum", "sum"] {
+        write_db(
+            &dir.join(format!("gauge_{mode}_{pid}.db")),
+            &[(
+                key("app_objects", "app_objects", &[("mode", mode)], "Objects."),
+                n,
+            )],
+        );
+    }
+}
+
+/// Regression guard for issue 13's cost target: once a dead writer's files
+/// are frozen and their directory is unchanged, a collection does not even
+/// look them up (it merges the live writers' files onto their cached sum),
+/// yet serves what merging every file gives, and notices files added and
+/// removed.
+#[test]
+fn frozen_dead_writers_are_skipped_and_the_output_stays_that_of_every_file() {
+    use multiproc_exporter::expose::encode::{encode, Escaping, Format};
+    use multiproc_exporter::pipeline::Collector;
+    use multiproc_exporter::source::writers::{LivenessMode, WriterPolicy};
+    use multiproc_exporter::source::Input;
+    let Some(python) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let live = Writer::start(&python, dir);
+    let killed = Writer::start(&python, dir);
+    killed.kill();
+    let dead: Vec<u32> = (0..40).map(|_| dead_pid()).collect();
+    for (i, pid) in dead.iter().enumerate() {
+        write_dead_writer(dir, *pid, i as f64);
+    }
+    settle_directory(dir);
+    let inputs = [Input::Directory(dir.to_path_buf())];
+    let collector = |fold_dead| {
+        let mut collector = Collector::new();
+        collector.set_writer_policy(WriterPolicy {
+            liveness: LivenessMode::Proc,
+            process_metrics: false,
+            fold_dead,
+            ..WriterPolicy::default()
+        });
+        collector
+    };
+    let (mut folded, mut every) = (collector(true), collector(false));
+    let mut counter = multiproc_exporter::format::writer::MetricsFile::open(
+        dir.join(format!("counter_{}.db", live.pid())),
+    )
+    .unwrap();
+    let mut round = 0.0;
+    // What the dead writers counted: the killed one 3, the others 0..40.
+    let mut dead_sum = 3.0 + 780.0;
+    let mut compare = |folded: &mut Collector, every: &mut Collector, dead_sum: f64| {
+        // The live writer counts on.
+        round += 1.0;
+        counter.write_index(0, 100.0 + round, 0.0).unwrap();
+        let (a, b) = (folded.collect(&inputs), every.collect(&inputs));
+        let text = |c: &multiproc_exporter::pipeline::Collection| {
+            String::from_utf8(encode(&c.families, Format::Text, Escaping::Underscores)).unwrap()
+        };
+        assert_eq!(text(&a), text(&b));
+        assert_eq!(a.writers, b.writers);
+        assert_eq!(a.problems, b.problems);
+        assert_eq!(b.stats.files_skipped, 0);
+        let total = format!("app_requests_total {:?}\n", 100.0 + round + dead_sum);
+        assert!(text(&a).contains(&total), "{total}{}", text(&a));
+        a.stats.files_skipped
+    };
+    // Dead at two collections: frozen; then skipped.
+    let skipped: Vec<usize> = (0..4)
+        .map(|_| compare(&mut folded, &mut every, dead_sum))
+        .collect();
+    let dead_files = 3 * dead.len() + 3;
+    assert_eq!(skipped[3], dead_files, "{skipped:?}");
+    // The server's periodic check lists the directory again: the same
+    // entries, so the frozen files are still skipped.
+    folded.recheck_all();
+    every.recheck_all();
+    assert_eq!(compare(&mut folded, &mut every, dead_sum), dead_files);
+    // A dead writer's files added, then one removed: listed again, then
+    // skipped again.
+    write_dead_writer(dir, dead_pid(), 1000.0);
+    dead_sum += 1000.0;
+    settle_directory(dir);
+    let skipped: Vec<usize> = (0..4)
+        .map(|_| compare(&mut folded, &mut every, dead_sum))
+        .collect();
+    assert_eq!(skipped[0], 0, "{skipped:?}");
+    assert_eq!(skipped[3], dead_files + 3, "{skipped:?}");
+    std::fs::remove_file(dir.join(format!("counter_{}.db", dead[0]))).unwrap();
+    settle_directory(dir);
+    // (It counted 0.)
+    let skipped: Vec<usize> = (0..3)
+        .map(|_| compare(&mut folded, &mut every, dead_sum))
+        .collect();
+    assert_eq!(skipped[0], 0, "{skipped:?}");
+    assert_eq!(skipped[2], dead_files + 2, "{skipped:?}");
+    live.kill();
+}
+
+/// Starts a writer whose pid is `pid` (free now), by setting the kernel's
+/// last allocated pid (root only); `None` if that cannot be done here.
+fn writer_with_pid(python: &Path, dir: &Path, pid: u32) -> Option<Writer> {
+    for _ in 0..50 {
+        std::fs::write("/proc/sys/kernel/ns_last_pid", format!("{}", pid - 1)).ok()?;
+        let writer = Writer::start(python, dir);
+        if writer.pid() == pid {
+            return Some(writer);
+        }
+        // Another process took it first: try again.
+        writer.kill();
+    }
+    None
+}
+
+/// Regression: a dead writer's verdict was final, so a later prometheus_client
+/// process given its pid, which opens the same files again and counts on in
+/// them, was served frozen values. Holding the files open for writing makes
+/// it their writer again.
+#[test]
+fn a_dead_writers_pid_taken_by_a_new_prometheus_client_process_counts_on() {
+    let Some(python) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let first = Writer::start(&python, dir);
+    let pid = first.pid();
+    first.kill();
+    let exporter = Exporter::start(&[
+        "--dir",
+        dir.to_str().unwrap(),
+        "--writers.liveness=proc",
+        "--writers.disable-process-metrics",
+    ]);
+    for _ in 0..3 {
+        let body = exporter.metrics();
+        assert_eq!(value(&body, "app_requests_total"), 3.0);
+        assert!(!body.contains("\napp_in_flight "), "{body}");
+    }
+    if !crate::support::is_root() {
+        eprintln!("skipped: setting the next pid needs root");
+        return;
+    }
+    let second = writer_with_pid(&python, dir, pid).expect("a writer with the dead writer's pid");
+    // prometheus_client read 3 from the file and added 3; its live gauge is
+    // back.
+    eventually("the new writer's values", Duration::from_secs(20), || {
+        let body = exporter.metrics();
+        match (
+            sample_value(&body, "app_requests_total"),
+            sample_value(&body, "app_in_flight"),
+        ) {
+            (Some(6.0), Some(1.0)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    let body = exporter.metrics();
+    assert_eq!(
+        value(&body, "multiproc_exporter_writers{state=\"live\"}"),
+        1.0
+    );
+    assert_eq!(
+        value(&body, "multiproc_exporter_writers{state=\"dead\"}"),
+        0.0
+    );
+    // What prometheus_client serves for the same files.
+    let files: Vec<PathBuf> = listing_order(dir)
+        .into_iter()
+        .map(|n| dir.join(n))
+        .collect();
+    let expected = python_exposition(&python, files);
+    assert_eq!(merged_part(&body), expected.text);
+    second.kill();
+}

@@ -149,6 +149,10 @@ const START_SLACK_SECONDS: f64 = 1.0;
 /// How long a pid's lookup in `/proc` is reused for files not decided yet.
 const LOOKUP_TTL: Duration = Duration::from_secs(2);
 
+/// How often the pids of dead writers are looked for among the running
+/// processes ([`Writers::revived`]).
+const REVIVAL_INTERVAL: Duration = Duration::from_secs(5);
+
 /// How often the table of nested pid namespaces is rebuilt.
 const NAMESPACE_TABLE_TTL: Duration = Duration::from_secs(30);
 
@@ -160,7 +164,7 @@ struct Candidate {
     /// When it started.
     start: f64,
     /// The files it holds open; `None` if they cannot be read.
-    open: Option<Vec<(u64, u64)>>,
+    open: Option<Vec<procfs::OpenFile>>,
 }
 
 /// What is known of a file's writer.
@@ -168,8 +172,9 @@ struct Candidate {
 enum Verdict {
     /// Alive as the process `host` started at `start` (rechecked each time).
     Alive { host: u32, start: f64 },
-    /// Dead: final (the file can no longer change).
-    Dead,
+    /// Dead: final (the file can no longer change) unless a process of the
+    /// pid holds the file again ([`Writers::revived`]).
+    Dead { pid: u32 },
 }
 
 /// The innermost pids of processes in nested pid namespaces.
@@ -194,6 +199,8 @@ pub struct Writers {
     lookups: HashMap<u32, (Instant, f64, Vec<Candidate>)>,
     namespaces: NamespaceTable,
     self_pid: u32,
+    /// When [`Self::revived`] last looked.
+    revival_checked: Option<Instant>,
 }
 
 /// The states of one collection's files, and the live writers' processes.
@@ -220,6 +227,7 @@ impl Writers {
             lookups: HashMap::default(),
             namespaces: NamespaceTable::default(),
             self_pid: std::process::id(),
+            revival_checked: None,
         }
     }
 
@@ -254,7 +262,7 @@ impl Writers {
                 continue;
             };
             let state = match self.verdicts.get(&file.key()).copied() {
-                Some(Verdict::Dead) => WriterState::Dead,
+                Some(Verdict::Dead { .. }) => WriterState::Dead,
                 Some(Verdict::Alive { host, start }) => {
                     let current = *starts
                         .entry(host)
@@ -293,6 +301,81 @@ impl Writers {
         Census { states, live }
     }
 
+    /// Looks (at most every few seconds) for a running process with a dead
+    /// writer's pid that holds one of that writer's files open: a later
+    /// process given the pid that opened the file again, as prometheus_client
+    /// does with an existing file of its pid, writes to it. Its dead verdicts
+    /// are forgotten (the next census decides afresh) and the pids returned,
+    /// so that their files are no longer taken as final.
+    pub fn revived(&mut self) -> Vec<u32> {
+        let now = Instant::now();
+        let due = self
+            .revival_checked
+            .is_none_or(|at| now.duration_since(at) >= REVIVAL_INTERVAL);
+        if !due || !matches!(self.visibility, Visibility::Confirmed | Visibility::Assumed) {
+            return Vec::new();
+        }
+        self.revival_checked = Some(now);
+        let mut dead: HashMap<u32, Vec<(u64, u64)>> = HashMap::default();
+        for (&(device, inode, _), verdict) in &self.verdicts {
+            if let Verdict::Dead { pid } = *verdict {
+                dead.entry(pid).or_default().push((device, inode));
+            }
+        }
+        if dead.is_empty() {
+            return Vec::new();
+        }
+        if self
+            .namespaces
+            .built
+            .is_none_or(|at| now.duration_since(at) >= NAMESPACE_TABLE_TTL)
+        {
+            self.namespaces = NamespaceTable::build(self.self_pid, now);
+        }
+        let mut revived = Vec::new();
+        for host in procfs::processes() {
+            if host == self.self_pid {
+                continue;
+            }
+            let mut pids: Vec<u32> = Vec::new();
+            if dead.contains_key(&host) {
+                pids.push(host);
+            }
+            for (inner, hosts) in &self.namespaces.nested {
+                if hosts.contains(&host) && dead.contains_key(inner) {
+                    pids.push(*inner);
+                }
+            }
+            if pids.is_empty() {
+                continue;
+            }
+            let Some(open) = procfs::open_files(&procfs::process_dir(host)) else {
+                continue;
+            };
+            for pid in pids {
+                // Held for writing: prometheus_client opened it again.
+                let held = dead.get(&pid).is_some_and(|files| {
+                    open.iter()
+                        .any(|o| o.writable && files.contains(&o.identity))
+                });
+                if held {
+                    revived.push(pid);
+                }
+            }
+        }
+        revived.sort_unstable();
+        revived.dedup();
+        if !revived.is_empty() {
+            self.verdicts.retain(|_, verdict| {
+                !matches!(verdict, Verdict::Dead { pid } if revived.binary_search(pid).is_ok())
+            });
+            for pid in &revived {
+                self.lookups.remove(pid);
+            }
+        }
+        revived
+    }
+
     fn decide(
         &mut self,
         pid: u32,
@@ -328,26 +411,34 @@ impl Writers {
         match possible {
             Some(_) => WriterState::Unknown,
             None if trusted => {
-                self.verdicts.insert(file.key(), Verdict::Dead);
+                self.verdicts.insert(file.key(), Verdict::Dead { pid });
                 WriterState::Dead
             }
             None => WriterState::Unknown,
         }
     }
 
-    /// Among `candidates` that started before `file` was created: the one
-    /// holding it open, and the first whose open files cannot be read.
+    /// Among `candidates`: the one holding `file` open, and the first whose
+    /// open files cannot be read. A process that started after the file was
+    /// created is not its writer (its pid was reused), unless it holds the
+    /// file open for writing: prometheus_client in a later process given a
+    /// dead writer's pid opens that writer's files again and writes to them.
     fn weigh(candidates: &[Candidate], file: &WrittenFile) -> (Option<usize>, Option<usize>) {
         let mut holder = None;
         let mut possible = None;
         for (i, c) in candidates.iter().enumerate() {
-            if c.start > file.born + START_SLACK_SECONDS {
-                continue;
-            }
+            let earlier = c.start <= file.born + START_SLACK_SECONDS;
             match &c.open {
-                Some(open) if open.contains(&file.identity) => holder = Some(i),
-                Some(_) => {}
-                None => possible = possible.or(Some(i)),
+                Some(open) => {
+                    let held = open
+                        .iter()
+                        .any(|o| o.identity == file.identity && (earlier || o.writable));
+                    if held {
+                        holder = Some(i);
+                    }
+                }
+                None if earlier => possible = possible.or(Some(i)),
+                None => {}
             }
         }
         (holder, possible)

@@ -75,18 +75,37 @@ pub fn processes() -> Vec<u32> {
         .collect()
 }
 
-/// The (device, inode) of every file the process of `dir` holds open; `None`
-/// when its descriptors cannot be read (another user's process without
+/// A file a process holds open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenFile {
+    /// Its device and inode.
+    pub identity: (u64, u64),
+    /// Opened for writing (prometheus_client opens its files read-write; a
+    /// reader such as its collector, read-only).
+    pub writable: bool,
+}
+
+/// Every regular file the process of `dir` holds open; `None` when its
+/// descriptors cannot be read (another user's process without
 /// `CAP_SYS_PTRACE`, or gone).
-pub fn open_files(dir: &Path) -> Option<Vec<(u64, u64)>> {
+pub fn open_files(dir: &Path) -> Option<Vec<OpenFile>> {
     let entries = std::fs::read_dir(dir.join("fd")).ok()?;
     Some(
         entries
             .filter_map(|e| {
+                let entry = e.ok()?;
                 // `stat` follows the descriptor's magic link to the file
                 // itself, in whatever mount namespace the process lives.
-                let meta = std::fs::metadata(e.ok()?.path()).ok()?;
-                meta.file_type().is_file().then(|| (meta.dev(), meta.ino()))
+                let meta = std::fs::metadata(entry.path()).ok()?;
+                if !meta.file_type().is_file() {
+                    return None;
+                }
+                // The link's own mode is the descriptor's access mode.
+                let link = entry.metadata().ok()?;
+                Some(OpenFile {
+                    identity: (meta.dev(), meta.ino()),
+                    writable: link.mode() & 0o200 != 0,
+                })
             })
             .collect(),
     )
@@ -259,8 +278,17 @@ mod tests {
         }
         let held = tempfile::NamedTempFile::new().unwrap();
         let meta = held.as_file().metadata().unwrap();
+        let read_only = std::fs::File::open(held.path()).unwrap();
         let files = open_files(&dir).unwrap();
-        assert!(files.contains(&(meta.dev(), meta.ino())));
+        let identity = (meta.dev(), meta.ino());
+        // Held read-write by `held`, read-only by `read_only`.
+        for writable in [true, false] {
+            assert!(
+                files.contains(&OpenFile { identity, writable }),
+                "{files:?}"
+            );
+        }
+        drop(read_only);
         assert_eq!(open_files(Path::new("/proc/0")), None);
     }
 
