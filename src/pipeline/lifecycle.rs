@@ -235,7 +235,12 @@ pub fn sort_out(
         .map(|&i| written(&problems[i].1.path))
         .collect();
     asked.extend(short_files.iter().flatten().copied());
-    let census = writers.census(&asked);
+    let census = match skipped {
+        // The skipped files' dead verdicts stay (a pid reused by a later
+        // writer of their files is looked for among them).
+        Some(_) => writers.census_of_some(&asked),
+        None => writers.census(&asked),
+    };
     report.visibility = Some(writers.visibility());
 
     let mut keep = Vec::with_capacity(files.len());

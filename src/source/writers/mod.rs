@@ -245,6 +245,16 @@ impl Writers {
     /// writer's file cannot change); live ones are checked again each time
     /// (one read of the process's start time).
     pub fn census(&mut self, files: &[WrittenFile]) -> Census {
+        self.census_of(files, true)
+    }
+
+    /// [`Self::census`] of some of the files only (the others were skipped,
+    /// their writers known dead): what was decided about the others is kept.
+    pub fn census_of_some(&mut self, files: &[WrittenFile]) -> Census {
+        self.census_of(files, false)
+    }
+
+    fn census_of(&mut self, files: &[WrittenFile], all: bool) -> Census {
         if self.visibility == Visibility::Off {
             return Census {
                 states: vec![WriterState::Unknown; files.len()],
@@ -289,7 +299,7 @@ impl Writers {
             }
         }
         // Forget what no file asked about (vanished files, exited pids).
-        if self.verdicts.len() > 2 * files.len() + 1024 {
+        if all && self.verdicts.len() > 2 * files.len() + 1024 {
             let asked: std::collections::HashSet<(u64, u64, u64)> =
                 files.iter().map(WrittenFile::key).collect();
             self.verdicts.retain(|id, _| asked.contains(id));

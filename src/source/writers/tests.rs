@@ -224,3 +224,37 @@ fn a_new_file_with_a_dead_files_inode_number_is_decided_afresh() {
     assert_eq!(writers.census(&[live]).states, [WriterState::Live]);
     kill(child);
 }
+
+/// Regression: a census of the files read while the frozen ones were skipped
+/// forgot the skipped files' dead verdicts (too many for the files asked),
+/// so a later writer of their pid was never looked for.
+#[test]
+fn a_census_of_some_files_keeps_the_others_dead_verdicts() {
+    if !proc_available() {
+        return;
+    }
+    let gone = {
+        let old = sleeper();
+        let pid = old.id();
+        kill(old);
+        pid
+    };
+    let files: Vec<WrittenFile> = (0..2000)
+        .map(|i| WrittenFile {
+            pid: Some(gone),
+            identity: (1, i),
+            born: 0.0,
+        })
+        .collect();
+    let mut writers = Writers::new(WriterPolicy {
+        liveness: LivenessMode::Proc,
+        ..WriterPolicy::default()
+    });
+    let states = writers.census(&files).states;
+    assert!(states.iter().all(|s| *s == WriterState::Dead));
+    writers.census_of_some(&files[..1]);
+    assert_eq!(writers.verdicts.len(), 2000);
+    // A census of every file forgets what no file asked about.
+    writers.census(&files[..1]);
+    assert_eq!(writers.verdicts.len(), 1);
+}
