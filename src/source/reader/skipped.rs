@@ -10,8 +10,8 @@ use super::{CachedFile, ReadFile};
 use crate::merge::MergeInput;
 use crate::source::listing::{CachedListing, SkippedDirectory};
 
-/// The frozen files a [`Reader::read`] skipped: files of dead writers in
-/// directories unchanged since they were marked (see [`Reader::freeze`]).
+/// The frozen files a [`Reader::read`](super::Reader::read) skipped: files of dead writers in
+/// directories unchanged since they were marked (see [`Reader::freeze`](super::Reader::freeze)).
 /// Two reads that skipped files under equal [`Self::token`]s skipped the
 /// same files, with the same contents.
 #[derive(Debug)]
