@@ -135,6 +135,21 @@ pub struct DirectoryFlags {
         value_parser = clap::builder::BoolishValueParser::new()
     )]
     pub exact_sums: bool,
+    /// Fold the files of writers that exited (counters, histograms,
+    /// summaries, and gauges in sum, min, max and mostrecent modes) into one
+    /// archive file per kind (`counter_archive.db`, ...) in
+    /// prometheus_client's format, and remove them, so that the directory
+    /// stops growing. The only mode that writes to the metrics directory: it
+    /// needs write access, writer liveness (not `--writers.liveness=off`) and
+    /// one exporter compacting per directory. At most once a minute, `serve`
+    /// only; crash-safe (docs/semantics.md).
+    #[arg(
+        long = "dir.compact-dead-writers",
+        env = "MULTIPROC_EXPORTER_DIR_COMPACT_DEAD_WRITERS",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub compact_dead_writers: bool,
 }
 
 /// `--writers.liveness`.

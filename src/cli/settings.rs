@@ -73,6 +73,9 @@ impl DirectoryFlags {
                 self.subdirectories_label.as_deref().unwrap_or_default()
             ));
         }
+        if self.compact_dead_writers && self.writers_liveness == LivenessArg::Off {
+            return Err("--dir.compact-dead-writers needs to know which writers exited: it cannot be combined with --writers.liveness=off.".to_owned());
+        }
         Ok(DirectorySettings {
             subdirectories_label: self.subdirectories_label.as_deref().map(Arc::from),
             link_policy: if self.follow_links_outside {
@@ -93,6 +96,7 @@ impl DirectoryFlags {
                 process_metrics: !self.disable_process_metrics,
                 pending_grace: self.pending_grace,
                 fold_dead: !self.exact_sums,
+                compact_dead: self.compact_dead_writers,
             },
         })
     }
@@ -317,6 +321,23 @@ mod tests {
         assert!(memory_budget("64 parsecs")
             .unwrap_err()
             .contains("--memory.budget"));
+    }
+
+    #[test]
+    fn compaction_needs_writer_liveness() {
+        let flags = DirectoryFlags {
+            compact_dead_writers: true,
+            ..DirectoryFlags::default()
+        };
+        assert!(flags.validate().unwrap().writer_policy.compact_dead);
+        let off = DirectoryFlags {
+            writers_liveness: LivenessArg::Off,
+            ..flags
+        };
+        assert!(off
+            .validate()
+            .unwrap_err()
+            .contains("--dir.compact-dead-writers"));
     }
 
     #[test]

@@ -202,6 +202,18 @@ pub fn writer_pid(basename: &str) -> Option<u32> {
     last.parse().ok()
 }
 
+/// The writer part of an archive's name (`counter_archive.db`): files the
+/// exporter's compaction wrote from dead writers' files (final, like them).
+pub const ARCHIVE_WRITER: &str = "archive";
+
+/// Whether a file's base name is an archive's (`<kind>_archive.db`).
+pub fn is_archive_name(basename: &str) -> bool {
+    basename
+        .strip_suffix(".db")
+        .and_then(|stem| stem.rsplit_once('_'))
+        .is_some_and(|(_, writer)| writer == ARCHIVE_WRITER)
+}
+
 /// Whether prometheus_client's `glob('*.db')` would list a directory entry
 /// with this name: ends in `.db` (case-sensitive) and does not start with `.`.
 pub fn is_listed_name(name: &[u8]) -> bool {

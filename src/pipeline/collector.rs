@@ -1,11 +1,12 @@
 //! Collecting: read the inputs ([`crate::source`]), then merge them
 //! ([`crate::merge`]), keeping both stages' caches between collections.
 
+use super::compaction::{Candidate, CompactionReport, Compactor};
 use super::lifecycle::{sort_out, SkippedShare, WriterReport};
 use crate::merge::{KeyStore, MergeInput, PlanCache};
 use crate::model::MetricFamily;
 use crate::source::link_policy::LinkPolicy;
-use crate::source::writers::{WriterPolicy, Writers};
+use crate::source::writers::{Visibility, WriterPolicy, Writers};
 use crate::source::{
     release_free_heap, Input, MemoryBudget, Problem, ReadFile, Reader, SkipReason, SkipToken,
 };
@@ -64,6 +65,8 @@ pub struct Collector {
     /// The set of skipped files the plan cache can merge without
     /// ([`PlanCache::merge_steady`]), and their problems.
     steady: Option<(SkipToken, Vec<(usize, Problem)>)>,
+    /// Compaction of dead writers' files, when the policy asks for it.
+    compactor: Compactor,
     store: KeyStore,
     plans: PlanCache,
     /// The key store's size right after it was last built from scratch.
@@ -92,6 +95,7 @@ impl Default for Collector {
             dead_before: Default::default(),
             skipped_share: None,
             steady: None,
+            compactor: Compactor::default(),
             store: KeyStore::default(),
             plans: PlanCache::default(),
             fresh_store_bytes: None,
@@ -179,10 +183,21 @@ impl Collector {
         for pid in self.writers.revived() {
             self.reader.thaw_writer(pid);
         }
+        let policy = self.writers.policy();
+        let mut compaction = CompactionReport::default();
+        if policy.compact_dead {
+            let dirs: Vec<&std::path::Path> = inputs
+                .iter()
+                .filter_map(|i| match i {
+                    Input::Directory(dir) => Some(dir.as_path()),
+                    Input::File(_) => None,
+                })
+                .collect();
+            self.compactor.before_reading(&dirs, &mut compaction);
+        }
         let keys_before = self.store.len();
         let read = self.reader.read(inputs, &mut self.store);
         let mut problems = read.problems;
-        let policy = self.writers.policy();
         // The skipped files (frozen, unchanged): their share is worked out
         // once for each set of them.
         let token = read.skipped.token();
@@ -197,7 +212,14 @@ impl Collector {
             }
         };
         let sorted = sort_out(&mut self.writers, &read.files, share, &mut problems);
-        let writers = sorted.report;
+        let mut writers = sorted.report;
+        let compact = policy.compact_dead
+            && self.compactor.due()
+            && matches!(
+                self.writers.visibility(),
+                Visibility::Confirmed | Visibility::Assumed
+            );
+        let mut compactable: Vec<(usize, Candidate)> = Vec::new();
         let mut kept: Vec<&ReadFile<'_>> = Vec::with_capacity(read.files.len());
         let mut folded: Vec<bool> = Vec::new();
         let mut freeze: Vec<(std::path::PathBuf, (u64, u64))> = Vec::new();
@@ -214,8 +236,12 @@ impl Collector {
             }
             // Dead already at the last collection: the values loaded now
             // were written before the process exited, and are final.
-            let fold =
-                policy.fold_dead && *dead && (file.frozen || self.dead_before.contains(&key));
+            let final_values = *dead && (file.frozen || self.dead_before.contains(&key));
+            if compact && final_values {
+                compactable
+                    .extend(Candidate::of(&file.path, file.identity).map(|c| (file.position, c)));
+            }
+            let fold = policy.fold_dead && final_values;
             if fold && !file.frozen {
                 freeze.push((file.path.clone(), file.identity));
             }
@@ -279,6 +305,13 @@ impl Collector {
         };
         let merged_replanned = merged.replanned;
         problems.sort_by_key(|(position, _)| *position);
+        if compact {
+            // The skipped files are frozen: dead at two collections at least.
+            compactable.extend(read.skipped.files().iter().filter_map(|file| {
+                Candidate::of(&file.path, file.identity).map(|c| (file.position, c))
+            }));
+            compactable.sort_by_key(|(position, _)| *position);
+        }
         let read_stats = read.stats;
         // Dead writers' files cannot change: not loaded again.
         for (path, identity) in freeze {
@@ -287,6 +320,23 @@ impl Collector {
         for path in thaw {
             self.reader.recheck(&path);
         }
+        if compact && !compactable.is_empty() {
+            // Never a file whose pid a running process has now (it might be
+            // about to open it again).
+            let candidates: Vec<Candidate> = compactable
+                .into_iter()
+                .map(|(_, c)| c)
+                .filter(|c| {
+                    c.path
+                        .file_name()
+                        .and_then(|n| n.to_str())
+                        .and_then(crate::format::file_name::writer_pid)
+                        .is_none_or(|pid| !self.writers.pid_in_use(pid))
+                })
+                .collect();
+            self.compactor.round(&candidates, &mut compaction);
+        }
+        writers.compaction = compaction;
         self.trim = read_stats.files_forgotten > 0 || merged_replanned;
         let store_bytes = self.store.approx_bytes();
         match self.fresh_store_bytes {

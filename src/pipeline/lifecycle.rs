@@ -14,7 +14,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::format::file_name::{writer_pid, GaugeMode};
+use super::compaction::CompactionReport;
+use crate::format::file_name::{is_archive_name, writer_pid, GaugeMode};
 use crate::format::layout::LayoutError;
 use crate::model::{Labels, MetricFamily};
 use crate::source::writers::procfs::{self, ProcessStats};
@@ -41,6 +42,8 @@ pub struct WriterReport {
     pub dead_gauge_files: Vec<(GaugeMode, bool, usize)>,
     /// The live writers' `process_*` families (empty unless asked for).
     pub process_families: Vec<MetricFamily>,
+    /// What compaction did (`--dir.compact-dead-writers`).
+    pub compaction: CompactionReport,
 }
 
 impl WriterReport {
@@ -54,6 +57,7 @@ impl WriterReport {
             self.records[i] += other.records[i];
         }
         self.pending += other.pending;
+        self.compaction.add(&other.compaction);
         for &(mode, served, n) in &other.dead_gauge_files {
             match self
                 .dead_gauge_files
@@ -102,6 +106,7 @@ fn written(path: &Path) -> Option<WrittenFile> {
         pid: writer_pid(name),
         identity: (meta.dev(), meta.ino()),
         born,
+        archive: is_archive_name(name),
     })
 }
 
@@ -228,6 +233,11 @@ pub fn sort_out(
             pid: file_pid(f),
             identity: f.identity,
             born: f.born,
+            archive: f
+                .path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(is_archive_name),
         })
         .collect();
     let short_files: Vec<Option<WrittenFile>> = short

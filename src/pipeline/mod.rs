@@ -12,6 +12,7 @@
 //! and counts it (`crate::server`'s telemetry).
 
 mod collector;
+pub mod compaction;
 pub mod lifecycle;
 pub mod subdirectories;
 

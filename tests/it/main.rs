@@ -10,6 +10,7 @@ mod differential;
 mod float_format;
 
 // Bad input, faults and reading.
+mod compaction;
 mod dump_inputs;
 mod faults;
 mod fuzz_corpus;

@@ -22,17 +22,28 @@ use crate::support::{
 };
 
 /// A running `writer_process.py`.
-struct Writer {
+pub(crate) struct Writer {
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
 }
 
 impl Writer {
-    fn start(python: &Path, dir: &Path) -> Writer {
+    pub(crate) fn start(python: &Path, dir: &Path) -> Writer {
+        Self::start_with(python, dir, false)
+    }
+
+    /// A writer of every kind of file compaction knows, and of an `all`
+    /// gauge (`WRITER_ALL_KINDS=1`).
+    pub(crate) fn start_all_kinds(python: &Path, dir: &Path) -> Writer {
+        Self::start_with(python, dir, true)
+    }
+
+    fn start_with(python: &Path, dir: &Path, all_kinds: bool) -> Writer {
         let mut child = Command::new(python)
             .arg(repo_root().join("tests/python/writer_process.py"))
             .env("PROMETHEUS_MULTIPROC_DIR", dir)
+            .env("WRITER_ALL_KINDS", if all_kinds { "1" } else { "0" })
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -48,7 +59,7 @@ impl Writer {
         writer
     }
 
-    fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
@@ -64,12 +75,12 @@ impl Writer {
         self.expect("held");
     }
 
-    fn kill(mut self) {
+    pub(crate) fn kill(mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
     }
 
-    fn exit(mut self) {
+    pub(crate) fn exit(mut self) {
         writeln!(self.stdin, "exit").unwrap();
         self.child.wait().unwrap();
     }

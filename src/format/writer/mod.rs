@@ -288,9 +288,21 @@ pub(crate) fn parse_records(data: &[u8]) -> io::Result<Vec<Record>> {
         .collect()
 }
 
-/// Reads every record of the file at `path` (strictly; see [`MetricsFile::open`]).
+/// Reads every record of the file at `path` (strictly; see [`MetricsFile::open`]):
+/// only its used bytes, not the zeros prometheus_client sizes files with.
 pub fn read_records(path: &Path) -> io::Result<Vec<Record>> {
-    parse_records(&std::fs::read(path)?)
+    use std::io::Read as _;
+    let mut file = std::fs::File::open(path)?;
+    let mut data = Vec::new();
+    (&mut file).take(HEADER_LEN as u64).read_to_end(&mut data)?;
+    if let Some(header) = data.get(..4) {
+        let used = i32::from_ne_bytes([header[0], header[1], header[2], header[3]]);
+        let rest = u64::try_from(used)
+            .unwrap_or(0)
+            .saturating_sub(HEADER_LEN as u64);
+        file.take(rest).read_to_end(&mut data)?;
+    }
+    parse_records(&data)
 }
 
 fn invalid_data(msg: String) -> io::Error {

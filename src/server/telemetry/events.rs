@@ -142,6 +142,27 @@ impl Reporter {
             );
         }
         self.dead_files_warned = past;
+        let compaction = &report.compaction;
+        if compaction.recovered > 0 {
+            tracing::info!(
+                directories = compaction.recovered,
+                "Finished (or undid) a compaction of dead writers' files that a crash had interrupted."
+            );
+        }
+        if compaction.rounds > 0 {
+            tracing::info!(
+                files_removed = compaction.files_removed,
+                archives = compaction.archives,
+                "Compacted dead writers' files into archive files."
+            );
+        }
+        for (dir, error) in &compaction.errors {
+            tracing::warn!(
+                dir = %dir.display(),
+                error = %error,
+                "Cannot compact dead writers' files; the directory is left as it was. Compaction needs write access (docs/deployment.md)."
+            );
+        }
     }
 
     /// Logs paths that turned bad or changed reason, and those that recovered.

@@ -387,6 +387,13 @@ mod tests {
                 files: [6, 2, 0],
                 pending: 1,
                 dead_gauge_files: vec![(crate::format::file_name::GaugeMode::LiveSum, false, 1)],
+                compaction: crate::pipeline::compaction::CompactionReport {
+                    rounds: 1,
+                    archives: 2,
+                    files_removed: 5,
+                    recovered: 0,
+                    errors: vec![("/y".into(), "read-only file system".into())],
+                },
                 ..WriterReport::default()
             },
             &[Problem {
@@ -430,6 +437,8 @@ mod tests {
                 "multiproc_exporter_writer_file_bytes",
                 "multiproc_exporter_writer_records",
                 "multiproc_exporter_scrape_files_pending",
+                "multiproc_exporter_compactions",
+                "multiproc_exporter_compacted_files",
                 "multiproc_exporter_dead_writer_gauge_files",
             ]
         );
@@ -448,6 +457,13 @@ mod tests {
         assert!(text.contains(&build_line), "{build_line} not in {text}");
         assert!(build_line.contains(&format!(",version=\"{}\"}}", env!("CARGO_PKG_VERSION"))));
         assert!(text.contains("multiproc_exporter_scrape_duration_seconds 0.0015\n"));
+        for line in [
+            "multiproc_exporter_compactions_total{result=\"ok\"} 1.0\n",
+            "multiproc_exporter_compactions_total{result=\"error\"} 1.0\n",
+            "multiproc_exporter_compacted_files_total 5.0\n",
+        ] {
+            assert!(text.contains(line), "{line} not in {text}");
+        }
         assert!(text.contains(
             "multiproc_exporter_scrape_files_skipped{reason=\"permission_denied\"} 1.0\n"
         ));

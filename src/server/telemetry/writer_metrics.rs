@@ -11,10 +11,19 @@ use crate::model::MetricType;
 use crate::pipeline::lifecycle::WriterReport;
 use crate::source::writers::{Visibility, WriterState};
 
-/// The last scrape's writer report.
+/// The last scrape's writer report, and compaction's totals.
 #[derive(Debug, Default)]
 pub(crate) struct WriterMetrics {
     last: Mutex<WriterReport>,
+    compaction: Mutex<CompactionTotals>,
+}
+
+/// Compaction rounds that wrote archives, failed, and files folded in.
+#[derive(Debug, Default, Clone, Copy)]
+struct CompactionTotals {
+    ok: u64,
+    error: u64,
+    files: u64,
 }
 
 impl WriterMetrics {
@@ -25,6 +34,10 @@ impl WriterMetrics {
             process_families: Vec::new(),
             ..report.clone()
         };
+        let mut totals = self.compaction.lock().unwrap_or_else(|e| e.into_inner());
+        totals.ok += report.compaction.rounds as u64;
+        totals.error += report.compaction.errors.len() as u64;
+        totals.files += report.compaction.files_removed as u64;
     }
 
     /// Adds the families (`p` is the self-metrics' prefix).
@@ -95,6 +108,19 @@ impl WriterMetrics {
                 ));
             }
         }
+        let totals = *self.compaction.lock().unwrap_or_else(|e| e.into_inner());
+        out.by_label(
+            &format!("{p}compactions"),
+            "Compaction rounds of dead writers' files (--dir.compact-dead-writers), by result: ok (archives written, files removed) or error (a directory left as it was; logged).",
+            MetricType::Counter,
+            "result",
+            [("ok", totals.ok as f64), ("error", totals.error as f64)],
+        );
+        out.counter(
+            &format!("{p}compacted_files"),
+            "Dead writers' files folded into archive files and removed by compaction (--dir.compact-dead-writers).",
+            totals.files as f64,
+        );
         out.gauge_series(
             &format!("{p}dead_writer_gauge_files"),
             "Gauge files of dead writers at the last scrape, by multiprocess mode and whether they are served (live modes are not, unless --writers.keep-dead-live-gauges; sum, min and max are, unless --writers.drop-dead-gauges).",

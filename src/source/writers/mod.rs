@@ -54,6 +54,9 @@ pub struct WriterPolicy {
     /// them in file order at every collection (sums may then differ from
     /// prometheus_client's in their last bits).
     pub fold_dead: bool,
+    /// Fold dead writers' files into archive files in the directory
+    /// (`--dir.compact-dead-writers`; see `crate::pipeline::compaction`).
+    pub compact_dead: bool,
 }
 
 impl Default for WriterPolicy {
@@ -65,6 +68,7 @@ impl Default for WriterPolicy {
             process_metrics: true,
             pending_grace: Duration::from_secs(10),
             fold_dead: true,
+            compact_dead: false,
         }
     }
 }
@@ -80,6 +84,7 @@ impl WriterPolicy {
             process_metrics: false,
             pending_grace: Duration::ZERO,
             fold_dead: false,
+            compact_dead: false,
         }
     }
 }
@@ -132,6 +137,9 @@ pub struct WrittenFile {
     /// When the file was created (or last changed, where the file system
     /// keeps no birth time), in seconds since the Unix epoch.
     pub born: f64,
+    /// An archive the exporter's compaction wrote (`counter_archive.db`):
+    /// dead writers' values, final.
+    pub archive: bool,
 }
 
 impl WrittenFile {
@@ -267,6 +275,10 @@ impl Writers {
         let mut states = Vec::with_capacity(files.len());
         let mut live: Vec<(u32, u32)> = Vec::new();
         for file in files {
+            if file.archive {
+                states.push(WriterState::Dead);
+                continue;
+            }
             let Some(pid) = file.pid else {
                 states.push(WriterState::Unknown);
                 continue;
@@ -384,6 +396,12 @@ impl Writers {
             }
         }
         revived
+    }
+
+    /// Whether a running process has `pid`, as the exporter sees pids or as
+    /// the innermost pid of a nested namespace (as last tabulated).
+    pub fn pid_in_use(&self, pid: u32) -> bool {
+        procfs::process_dir(pid).exists() || self.namespaces.nested.contains_key(&pid)
     }
 
     fn decide(

@@ -37,6 +37,7 @@ fn written(path: &Path, pid: u32) -> WrittenFile {
         pid: Some(pid),
         identity: (meta.dev(), meta.ino()),
         born,
+        archive: false,
     }
 }
 
@@ -190,6 +191,7 @@ fn a_name_without_a_pid_is_unknown() {
         pid: None,
         identity: (1, 2),
         born: 0.0,
+        archive: false,
     };
     assert_eq!(writers.census(&[file]).states, [WriterState::Unknown]);
 }
@@ -244,6 +246,7 @@ fn a_census_of_some_files_keeps_the_others_dead_verdicts() {
             pid: Some(gone),
             identity: (1, i),
             born: 0.0,
+            archive: false,
         })
         .collect();
     let mut writers = Writers::new(WriterPolicy {
