@@ -8,15 +8,15 @@
 //!    temporary file and inode, and the files it replaces with their device
 //!    and inode) is written to a temporary file, synced, renamed into place,
 //!    and the directory synced: from here on the round is decided;
-//! 3. each temporary file is renamed over its archive (directory synced);
-//! 4. the files folded in are removed (directory synced once after them);
-//! 5. the journal is removed.
+//! 3. each temporary file is renamed over its archive (directory synced), and
+//!    the files folded into that archive are removed;
+//! 4. once the directory is synced, the journal is removed.
 //!
 //! [`recover`] finishes a decided round (renames what is left, removes the
 //! replaced files that are still there, by identity) and throws away an
 //! undecided one (temporary files), so that after it no value is lost or
-//! counted twice whichever step a crash interrupted. Between steps 3 and 4 a
-//! reader that does not recover (prometheus_client, or an exporter without
+//! counted twice whichever step a crash interrupted. Between an archive's
+//! rename and the removal of its files, a reader that does not recover (prometheus_client, or an exporter without
 //! compaction) would count the replaced files twice; normally for
 //! microseconds, after a crash there until the exporter starts again.
 
@@ -145,12 +145,14 @@ fn parse(text: &str) -> io::Result<Journal> {
     Ok(journal)
 }
 
-/// Steps 3 to 5 of a decided round, each only where it is not done yet: an
+/// Steps 3 and 4 of a decided round, each only where it is not done yet: an
 /// archive whose temporary file is there is renamed; the files of an archive
 /// that is in place (by inode) are removed if they are still the files
 /// folded in; an archive found neither way keeps its files.
 fn finish(dir: &Path, journal: &Journal, hook: &mut dyn FnMut(Step)) -> io::Result<()> {
-    let mut placed = Vec::new();
+    let mut removed = 0;
+    // Archive by archive, so that an error stops with every archive in
+    // place having its files removed, or none of its files replaced.
     for (n, (name, temporary, inode)) in journal.archives.iter().enumerate() {
         let temporary = dir.join(temporary);
         if fs::metadata(&temporary).is_ok_and(|m| m.ino() == *inode) {
@@ -158,24 +160,23 @@ fn finish(dir: &Path, journal: &Journal, hook: &mut dyn FnMut(Step)) -> io::Resu
             sync_directory(dir)?;
             hook(Step::ArchiveRenamed(n));
         }
-        if fs::metadata(dir.join(name)).is_ok_and(|m| m.ino() == *inode) {
-            placed.push(name.as_str());
-        }
-    }
-    let mut removed = 0;
-    for (archive, name, device, inode) in &journal.sources {
-        if !placed.contains(&archive.as_str()) || name == archive {
+        if !fs::metadata(dir.join(name)).is_ok_and(|m| m.ino() == *inode) {
             continue;
         }
-        let path = dir.join(name);
-        if fs::metadata(&path).is_ok_and(|m| (m.dev(), m.ino()) == (*device, *inode)) {
-            match fs::remove_file(&path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
+        for (archive, source, device, source_inode) in &journal.sources {
+            if archive != name || source == name {
+                continue;
             }
-            hook(Step::SourceRemoved(removed));
-            removed += 1;
+            let path = dir.join(source);
+            if fs::metadata(&path).is_ok_and(|m| (m.dev(), m.ino()) == (*device, *source_inode)) {
+                match fs::remove_file(&path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(e),
+                }
+                hook(Step::SourceRemoved(removed));
+                removed += 1;
+            }
         }
     }
     // The removals are durable before the journal goes (until then a

@@ -152,12 +152,17 @@ pub fn plan(dir: &Path, candidates: &[Candidate]) -> Vec<Archive> {
                 Err(_) => continue,
             }
         }
+        let sticky = std::fs::metadata(dir)
+            .ok()
+            .filter(|m| m.mode() & 0o1000 != 0);
         for source in sources {
             let Some(file_name) = source.path.file_name().and_then(|n| n.to_str()) else {
                 continue;
             };
-            let same = std::fs::metadata(&source.path)
-                .is_ok_and(|m| (m.dev(), m.ino()) == source.identity);
+            let same = std::fs::metadata(&source.path).is_ok_and(|m| {
+                (m.dev(), m.ino()) == source.identity
+                    && sticky.as_ref().is_none_or(|d| removable_from_sticky(d, &m))
+            });
             let Ok(records) = read_records(&source.path) else {
                 continue;
             };
@@ -288,6 +293,15 @@ impl Compactor {
             }
         }
     }
+}
+
+/// Whether this process may remove a file of `owner`'s from a directory with
+/// the sticky bit (`/tmp`-like): only its owner, the directory's, or root
+/// may. A file that could not be removed after its archive is in place
+/// would be counted twice, so it is not folded in.
+fn removable_from_sticky(dir: &std::fs::Metadata, file: &std::fs::Metadata) -> bool {
+    let me = std::fs::metadata("/proc/self").map_or(u32::MAX, |m| m.uid());
+    me == 0 || me == file.uid() || me == dir.uid()
 }
 
 fn is_archive_path(path: &Path) -> bool {
