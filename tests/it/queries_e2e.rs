@@ -288,6 +288,38 @@ fn every_dashboard_and_rule_query_returns_data_and_the_test_alerts_fire() {
         &path(&reloaded_config),
     ]);
     let doomed = Exporter::start(&["--dir", &path(&empty_dir)]);
+    // A dead writer's file and a corrupt compaction journal: every
+    // compaction round fails.
+    let stuck_dir = work.path().join("stuck");
+    std::fs::create_dir(&stuck_dir).expect("mkdir");
+    let gone = {
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .expect("sleep");
+        child.kill().expect("kill");
+        child.wait().expect("wait");
+        child.id()
+    };
+    support::write_db(
+        &stuck_dir.join(format!("counter_{gone}.db")),
+        &[(
+            support::key("app_requests", "app_requests_total", &[], "Requests."),
+            1.0,
+        )],
+    );
+    std::fs::write(
+        stuck_dir.join(".multiproc-exporter-compaction"),
+        "garbage\n",
+    )
+    .expect("write journal");
+    let stuck = Exporter::start(&[
+        "--dir",
+        &path(&stuck_dir),
+        "--writers.liveness=proc",
+        "--dir.compact-dead-writers",
+    ]);
+    let stuck_instance = instance(&stuck);
     let (misconfigured_instance, doomed_instance) = (instance(&misconfigured), instance(&doomed));
 
     let rules = rule_files_for_test(&work.path().join("rules"));
@@ -297,7 +329,11 @@ fn every_dashboard_and_rule_query_returns_data_and_the_test_alerts_fire() {
         .collect();
     jobs.push((
         "misconfigured",
-        vec![misconfigured_instance.clone(), doomed_instance.clone()],
+        vec![
+            misconfigured_instance.clone(),
+            doomed_instance.clone(),
+            stuck_instance.clone(),
+        ],
     ));
     let prometheus = Prometheus::start(
         &prometheus_bin,
@@ -513,6 +549,9 @@ fn every_dashboard_and_rule_query_returns_data_and_the_test_alerts_fire() {
     ));
     expected.insert(format!(
         "MultiprocExporterDown job=misconfigured instance={doomed_instance}"
+    ));
+    expected.insert(format!(
+        "MultiprocExporterCompactionFailing job=misconfigured instance={stuck_instance}"
     ));
     let alerts = eventually(
         "exactly the expected alerts to fire",
