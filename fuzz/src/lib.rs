@@ -31,7 +31,9 @@ use multiproc_exporter::model::{MetricFamily, MetricType};
 use multiproc_exporter::pipeline::Collector;
 use multiproc_exporter::source::Input;
 use multiproc_exporter::transform::combine::{combine, ConflictReason, Part};
-use multiproc_exporter::transform::config::{Config, ConfigFile, FilterSection, Naming};
+use multiproc_exporter::transform::config::{
+    Config, ConfigFile, FilterSection, Naming, RaySection,
+};
 use multiproc_exporter::{format::writer, transform};
 
 /// The four exposition variants every merged result is encoded in.
@@ -583,6 +585,11 @@ fn structured_config(choice: &StructuredConfig) -> Config {
             Naming::Ray
         } else {
             Naming::Prometheus
+        },
+        per_writer: None,
+        // With Ray names, vLLM families get `ReplicaId` too.
+        ray: RaySection {
+            replica_id: choice.ray.then(String::new),
         },
         labels: choice
             .labels

@@ -48,6 +48,7 @@ pub(crate) fn run(args: DumpFlags) -> ExitCode {
     )
     .with_memory_budget(directories.memory_budget)
     .with_writer_policy(directories.writer_policy);
+    source.set_per_writer(config.per_writer.as_ref());
     let gathered = source.collect();
     for event in &gathered.events {
         match event {
@@ -61,6 +62,14 @@ pub(crate) fn run(args: DumpFlags) -> ExitCode {
                 c.part,
                 c.kept_from,
                 c.reason.label()
+            ),
+            Event::RayLogsUnreadable { path, error } => eprintln!(
+                "multiproc-exporter: cannot read Ray's log directory {} ({error}); writers keep their pids",
+                path.display()
+            ),
+            Event::WriterConflict(c) => eprintln!(
+                "multiproc-exporter: family {} of writer {} has another type than writer {}'s; left out",
+                c.family, c.part, c.kept_from
             ),
             Event::SubdirectoryAppeared(_) | Event::SubdirectoryGone(_) => {}
         }

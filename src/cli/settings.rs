@@ -213,6 +213,11 @@ pub(crate) fn serve_settings(
     validate_telemetry_path(&web.telemetry_path)?;
     let directories = directories.validate()?;
     let loaded = config.load()?;
+    if directories.writer_policy.compact_dead {
+        if let Some(conflict) = loaded.config.compaction_conflict() {
+            return Err(format!("Invalid configuration: {conflict}."));
+        }
+    }
     Ok(ServeSettings {
         app: Settings {
             dirs,

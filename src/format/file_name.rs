@@ -202,6 +202,17 @@ pub fn writer_pid(basename: &str) -> Option<u32> {
     last.parse().ok()
 }
 
+/// The writer a file's name names: what follows the type (and, for gauge
+/// files, the mode) before `.db`, as prometheus_client builds names
+/// (`'{}_{}.db'.format(typ, pid)`): `1234` for `counter_1234.db` and
+/// `gauge_livesum_1234.db`, `worker-3` for `counter_worker-3.db`, `archive`
+/// for an archive. Empty when the name has no such part.
+pub fn writer_id(basename: &str) -> &str {
+    let stem = basename.strip_suffix(".db").unwrap_or(basename);
+    let skip = if stem.starts_with("gauge_") { 2 } else { 1 };
+    stem.splitn(skip + 1, '_').nth(skip).unwrap_or("")
+}
+
 /// The writer part of an archive's name (`counter_archive.db`): files the
 /// exporter's compaction wrote from dead writers' files (final, like them).
 pub const ARCHIVE_WRITER: &str = "archive";
@@ -223,6 +234,19 @@ pub fn is_listed_name(name: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn writer_id_is_what_follows_the_type() {
+        assert_eq!(writer_id("counter_1234.db"), "1234");
+        assert_eq!(writer_id("histogram_1234.db"), "1234");
+        assert_eq!(writer_id("gauge_livesum_77.db"), "77");
+        assert_eq!(writer_id("gauge_all_host_12.db"), "host_12");
+        assert_eq!(writer_id("counter_worker-3.db"), "worker-3");
+        assert_eq!(writer_id("counter_archive.db"), "archive");
+        assert_eq!(writer_id("counter.db"), "");
+        assert_eq!(writer_id("gauge_all.db"), "");
+        assert_eq!(writer_id("counter_.db"), "");
+    }
 
     #[test]
     fn writer_pid_is_the_numeric_last_part() {

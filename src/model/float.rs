@@ -28,8 +28,32 @@ pub fn go_float_string(x: f64) -> String {
     out
 }
 
+/// Formats `x` as Python's `repr(float)` does (`str(float)` too), which is
+/// how Ray's metrics agent writes histogram bounds: like [`go_float_string`]
+/// without the exponent form for seven to sixteen integer digits.
+///
+/// ```
+/// use multiproc_exporter::model::float::python_repr_string;
+/// assert_eq!(python_repr_string(1e6), "1000000.0");
+/// assert_eq!(python_repr_string(1e16), "1e+16");
+/// assert_eq!(python_repr_string(0.0001), "0.0001");
+/// assert_eq!(python_repr_string(f64::INFINITY), "+Inf");
+/// ```
+pub fn python_repr_string(x: f64) -> String {
+    let mut out = String::with_capacity(24);
+    write_float(&mut out, x, false);
+    out
+}
+
 /// Appends the `floatToGoString` form of `x` to `out` (see [`go_float_string`]).
 pub fn write_go_float(out: &mut String, x: f64) {
+    write_float(out, x, true);
+}
+
+/// Python's `repr(float)` of `x` (infinities as `+Inf`/`-Inf`, NaN as
+/// `NaN`), with `floatToGoString`'s exponent form for positive numbers of
+/// seven to sixteen integer digits when `go_exponent`.
+fn write_float(out: &mut String, x: f64, go_exponent: bool) {
     if x.is_nan() {
         out.push_str("NaN");
         return;
@@ -54,7 +78,7 @@ pub fn write_go_float(out: &mut String, x: f64) {
     }
     // floatToGoString: for positive values whose repr has the '.' at index > 6
     // (that is, fixed notation with 7..=16 integer digits) use Go's exponent form.
-    if x > 0.0 && (7..=16).contains(&decpt) {
+    if go_exponent && x > 0.0 && (7..=16).contains(&decpt) {
         let mantissa_digits = digits.trim_end_matches('0');
         out.push_str(&mantissa_digits[..1]);
         if mantissa_digits.len() > 1 {

@@ -3,6 +3,7 @@
 
 use super::compaction::{Candidate, CompactionReport, Compactor};
 use super::lifecycle::{sort_out, SkippedShare, WriterReport};
+use super::per_writer::PerWriter;
 use crate::merge::{KeyStore, MergeInput, PlanCache};
 use crate::model::MetricFamily;
 use crate::source::link_policy::LinkPolicy;
@@ -10,6 +11,8 @@ use crate::source::writers::{Visibility, WriterPolicy, Writers};
 use crate::source::{
     release_free_heap, Input, MemoryBudget, Problem, ReadFile, Reader, SkipReason, SkipToken,
 };
+use crate::transform::combine::Conflict;
+use crate::transform::config::PerWriter as PerWriterConfig;
 
 /// Counters describing one collection.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -48,6 +51,11 @@ pub struct Collection {
     pub stats: CollectStats,
     /// The writers: states, pending files, process values.
     pub writers: WriterReport,
+    /// With `per_writer`: families two writers disagree about.
+    pub conflicts: Vec<Conflict>,
+    /// With `per_writer.ray_logs`: the directory and why it cannot be read
+    /// (writers keep their pids meanwhile).
+    pub ray_logs_unreadable: Option<(std::path::PathBuf, String)>,
 }
 
 /// Reads and merges a set of inputs incrementally; keep one per set of
@@ -67,6 +75,8 @@ pub struct Collector {
     steady: Option<(SkipToken, Vec<(usize, Problem)>)>,
     /// Compaction of dead writers' files, when the policy asks for it.
     compactor: Compactor,
+    /// Each writer merged on its own (`per_writer` in the configuration).
+    per_writer: Option<PerWriter>,
     store: KeyStore,
     plans: PlanCache,
     /// The key store's size right after it was last built from scratch.
@@ -96,6 +106,7 @@ impl Default for Collector {
             skipped_share: None,
             steady: None,
             compactor: Compactor::default(),
+            per_writer: None,
             store: KeyStore::default(),
             plans: PlanCache::default(),
             fresh_store_bytes: None,
@@ -128,6 +139,16 @@ impl Collector {
             self.writers = Writers::new(policy);
             // Files frozen under the old policy: read everything again.
             self.rebuild = true;
+        }
+    }
+
+    /// Merges each writer's files on its own, as `config` says (see
+    /// [`crate::pipeline::per_writer`]), or all of them together (`None`,
+    /// prometheus_client's merge), from the next collection on.
+    pub fn set_per_writer(&mut self, config: Option<&PerWriterConfig>) {
+        if self.per_writer.as_ref().map(PerWriter::config) != config {
+            self.per_writer = config.map(PerWriter::new);
+            self.steady = None;
         }
     }
 
@@ -222,6 +243,7 @@ impl Collector {
         let mut compactable: Vec<(usize, Candidate)> = Vec::new();
         let mut kept: Vec<&ReadFile<'_>> = Vec::with_capacity(read.files.len());
         let mut folded: Vec<bool> = Vec::new();
+        let mut kept_dead: Vec<bool> = Vec::new();
         let mut freeze: Vec<(std::path::PathBuf, (u64, u64))> = Vec::new();
         let mut thaw: Vec<std::path::PathBuf> = Vec::new();
         let mut dead_now = rustc_hash::FxHashSet::default();
@@ -248,18 +270,65 @@ impl Collector {
             if *keep {
                 kept.push(file);
                 folded.push(fold);
+                kept_dead.push(*dead);
             }
         }
         self.dead_before = dead_now;
-        let steady = token.is_some() && self.steady.as_ref().map(|(t, _)| t) == token.as_ref();
-        let merged = if steady {
+        let mut conflicts = Vec::new();
+        let steady = token.is_some()
+            && self.per_writer.is_none()
+            && self.steady.as_ref().map(|(t, _)| t) == token.as_ref();
+        let per_writer_merged = if let Some(per_writer) = &mut self.per_writer {
+            // Every file, the skipped ones in their places: each writer's
+            // plan cache keeps the work small. A dead writer's gauges are
+            // not its own series any more (Ray's agent forgets a worker's
+            // gauges once it stops reporting); its totals stay.
+            let skipped = read.skipped.files();
+            let keep = share.map_or(&[][..], |s| &s.keep[..]);
+            let mut all: Vec<&ReadFile<'_>> = kept
+                .iter()
+                .zip(&kept_dead)
+                .filter(|(f, dead)| !(**dead && f.merge.name.is_gauge()))
+                .map(|(f, _)| *f)
+                .chain(
+                    skipped
+                        .iter()
+                        .zip(keep)
+                        .filter(|(f, keep)| **keep && !f.merge.name.is_gauge())
+                        .map(|(f, _)| f),
+                )
+                .collect();
+            all.sort_by_key(|f| f.position);
+            let names: Vec<std::borrow::Cow<'_, str>> = all
+                .iter()
+                .map(|f| f.path.file_name().unwrap_or_default().to_string_lossy())
+                .collect();
+            let inputs: Vec<(&str, MergeInput<'_>)> = names
+                .iter()
+                .zip(&all)
+                .map(|(name, f)| (&**name, f.merge))
+                .collect();
+            let out = per_writer.merge(&mut self.store, &inputs);
+            for (i, error) in out.merged.excluded.iter() {
+                problems.push(problem(all[*i], error.clone()));
+            }
+            self.steady = None;
+            conflicts = out.conflicts;
+            Some(out.merged)
+        } else {
+            None
+        };
+        let merged = if per_writer_merged.is_some() {
+            None
+        } else if steady {
             let inputs: Vec<MergeInput<'_>> = kept.iter().map(|f| f.merge).collect();
             self.plans.merge_steady(&inputs)
         } else {
             None
         };
-        let merged = match merged {
-            Some(merged) => {
+        let merged = match (per_writer_merged, merged) {
+            (Some(merged), _) => merged,
+            (None, Some(merged)) => {
                 for (i, error) in merged.excluded.iter() {
                     problems.push(problem(kept[*i], error.clone()));
                 }
@@ -268,7 +337,7 @@ impl Collector {
                 }
                 merged
             }
-            None => {
+            (None, None) => {
                 // Every file, the skipped ones in their places.
                 let skipped = read.skipped.files();
                 let keep = share.map_or(&[][..], |s| &s.keep[..]);
@@ -361,7 +430,10 @@ impl Collector {
         for family in &writers.process_families {
             // A family of the directory's own comes first.
             if !families.iter().any(|f| f.name == family.name) {
-                families.push(family.clone());
+                families.push(match &mut self.per_writer {
+                    Some(per_writer) => per_writer.process_family(family),
+                    None => family.clone(),
+                });
             }
         }
         Collection {
@@ -369,6 +441,12 @@ impl Collector {
             problems: problems.into_iter().map(|(_, p)| p).collect(),
             stats,
             writers,
+            conflicts,
+            ray_logs_unreadable: self
+                .per_writer
+                .as_ref()
+                .and_then(PerWriter::ray_logs_error)
+                .map(|(path, error)| (path.to_path_buf(), error.to_owned())),
         }
     }
 }

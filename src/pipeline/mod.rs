@@ -14,6 +14,7 @@
 mod collector;
 pub mod compaction;
 pub mod lifecycle;
+pub mod per_writer;
 pub mod subdirectories;
 
 use std::path::{Path, PathBuf};
@@ -61,6 +62,18 @@ pub enum Event {
     DuplicateSubdirectory(PathBuf),
     /// Subdirectories disagree about a family's type or help.
     FamilyConflict(Conflict),
+    /// With `per_writer.ray_logs`: Ray's log directory cannot be read, so
+    /// writers are labelled with their pids.
+    RayLogsUnreadable {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        error: String,
+    },
+    /// With `per_writer`: a writer's family has another type than an earlier
+    /// writer's of the same name, and is left out ([`Conflict::part`] is the
+    /// writer).
+    WriterConflict(Conflict),
 }
 
 /// The result of one [`Source::collect`].
@@ -134,6 +147,15 @@ impl Source {
         }
     }
 
+    /// Serves each writer's series apart as `config` says, or merged
+    /// (`None`); see [`per_writer`]. Takes effect at the next collection.
+    pub fn set_per_writer(&mut self, config: Option<&crate::transform::config::PerWriter>) {
+        match &mut self.kind {
+            Kind::Inputs(collector) => collector.set_per_writer(config),
+            Kind::Subdirectories(reader) => reader.set_per_writer(config),
+        }
+    }
+
     /// The inputs.
     pub fn inputs(&self) -> &[Input] {
         &self.inputs
@@ -185,13 +207,21 @@ impl Source {
     /// Lists, reads and merges the inputs.
     pub fn collect(&mut self) -> Gathered {
         match &mut self.kind {
-            Kind::Inputs(collector) => Gathered {
-                collection: collector.collect(&self.inputs),
-                events: Vec::new(),
-                subdirectories: None,
-            },
+            Kind::Inputs(collector) => {
+                let mut collection = collector.collect(&self.inputs);
+                let events = std::mem::take(&mut collection.conflicts)
+                    .into_iter()
+                    .map(Event::WriterConflict)
+                    .chain(ray_logs_event(&mut collection))
+                    .collect();
+                Gathered {
+                    collection,
+                    events,
+                    subdirectories: None,
+                }
+            }
             Kind::Subdirectories(reader) => {
-                let result = reader.collect();
+                let mut result = reader.collect();
                 let events = (result.appeared.into_iter().map(Event::SubdirectoryAppeared))
                     .chain(result.disappeared.into_iter().map(Event::SubdirectoryGone))
                     .chain(
@@ -201,6 +231,13 @@ impl Source {
                             .map(Event::DuplicateSubdirectory),
                     )
                     .chain(result.conflicts.into_iter().map(Event::FamilyConflict))
+                    .chain(
+                        result
+                            .writer_conflicts
+                            .into_iter()
+                            .map(Event::WriterConflict),
+                    )
+                    .chain(ray_logs_event(&mut result.collection))
                     .collect();
                 Gathered {
                     collection: result.collection,
@@ -210,6 +247,14 @@ impl Source {
             }
         }
     }
+}
+
+/// The [`Event::RayLogsUnreadable`] of a collection, if any.
+fn ray_logs_event(collection: &mut Collection) -> Option<Event> {
+    collection
+        .ray_logs_unreadable
+        .take()
+        .map(|(path, error)| Event::RayLogsUnreadable { path, error })
 }
 
 /// The families after the configuration's filtering, renaming and labels,

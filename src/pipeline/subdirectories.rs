@@ -33,6 +33,7 @@ use crate::source::link_policy::LinkPolicy;
 use crate::source::writers::WriterPolicy;
 use crate::source::{Input, MemoryBudget, Problem, SkipReason};
 use crate::transform::combine::{combine, Conflict, Part};
+use crate::transform::config::PerWriter as PerWriterConfig;
 
 /// Reads every subdirectory of the parents as its own metrics directory.
 #[derive(Debug)]
@@ -47,6 +48,8 @@ pub struct SubdirectoryReader {
     memory_budget: Option<Arc<MemoryBudget>>,
     /// What the readers do about writers.
     writer_policy: WriterPolicy,
+    /// The label of each writer's own series, when writers are served apart.
+    per_writer: Option<PerWriterConfig>,
 }
 
 /// The result of one [`SubdirectoryReader::collect`].
@@ -60,6 +63,9 @@ pub struct SubdirectoryCollection {
     pub subdirectories: usize,
     /// Families that did not combine cleanly (see [`crate::transform::combine`]).
     pub conflicts: Vec<Conflict>,
+    /// With `per_writer`: families a writer of a subdirectory disagrees
+    /// about (see [`crate::pipeline::per_writer`]).
+    pub writer_conflicts: Vec<Conflict>,
     /// Subdirectories read for the first time by this collection.
     pub appeared: Vec<PathBuf>,
     /// Subdirectories read by the previous collection that are gone now.
@@ -80,7 +86,16 @@ impl SubdirectoryReader {
             readers: BTreeMap::new(),
             memory_budget: None,
             writer_policy: WriterPolicy::exact(),
+            per_writer: None,
         }
+    }
+
+    /// [`Collector::set_per_writer`] for every subdirectory's reader.
+    pub fn set_per_writer(&mut self, config: Option<&PerWriterConfig>) {
+        for reader in self.readers.values_mut() {
+            reader.set_per_writer(config);
+        }
+        self.per_writer = config.cloned();
     }
 
     /// Applies `policy` to every subdirectory's reader.
@@ -136,6 +151,8 @@ impl SubdirectoryReader {
         let mut problems = Vec::new();
         let mut stats = CollectStats::default();
         let mut writers = WriterReport::default();
+        let mut writer_conflicts = Vec::new();
+        let mut ray_logs_unreadable = None;
         let mut subdirectories: Vec<(Arc<str>, PathBuf)> = Vec::new();
         let mut names: HashSet<OsString> = HashSet::new();
         for parent in &self.parents {
@@ -173,6 +190,7 @@ impl SubdirectoryReader {
                     let mut reader = Collector::with_link_policy(self.link_policy);
                     reader.set_memory_budget(self.memory_budget.clone());
                     reader.set_writer_policy(self.writer_policy);
+                    reader.set_per_writer(self.per_writer.as_ref());
                     reader
                 }
             };
@@ -180,6 +198,8 @@ impl SubdirectoryReader {
             add_stats(&mut stats, &collection.stats);
             writers.add(&collection.writers);
             problems.extend(collection.problems);
+            writer_conflicts.extend(collection.conflicts);
+            ray_logs_unreadable = ray_logs_unreadable.or(collection.ray_logs_unreadable);
             parts.push(Part {
                 value,
                 families: collection.families,
@@ -200,8 +220,11 @@ impl SubdirectoryReader {
             problems,
             stats,
             writers,
+            conflicts: Vec::new(),
+            ray_logs_unreadable,
         };
         out.conflicts = combined.conflicts;
+        out.writer_conflicts = writer_conflicts;
         out
     }
 }

@@ -75,6 +75,8 @@ pub(crate) struct Shared {
     negotiation: Negotiation,
     directory_warn_interval: Duration,
     config_path: Option<PathBuf>,
+    /// `--dir.compact-dead-writers` (a reloaded `per_writer` is refused).
+    compacting: bool,
     config: RwLock<Arc<Config>>,
     config_seen: Mutex<Option<Seen>>,
     scraper: scrape::Scraper,
@@ -149,6 +151,7 @@ impl AppState {
             directory_warn_interval: settings.directory_warn_interval,
             config_seen: Mutex::new(None),
             config_path: settings.config_path,
+            compacting: settings.writer_policy.compact_dead,
             config: RwLock::new(Arc::new(settings.config)),
             self_metrics,
         }))
@@ -196,6 +199,10 @@ impl Shared {
                 error: e.to_string(),
             }),
         };
+        let loaded = loaded.and_then(|config| match config.compaction_conflict() {
+            Some(conflict) if self.compacting => Err(ConfigError::Syntax(conflict.to_owned())),
+            _ => Ok(config),
+        });
         match loaded {
             Ok(config) => {
                 let changed = *self.config() != config;

@@ -305,6 +305,7 @@ impl Scraper {
                 state.source.recheck(path);
             }
         }
+        state.source.set_per_writer(config.per_writer.as_ref());
         let collected = catch_unwind(AssertUnwindSafe(|| state.source.collect()));
         let panicked = collected.is_err();
         let mut gathered = collected.unwrap_or_else(|_| {

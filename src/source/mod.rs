@@ -24,6 +24,7 @@ pub mod budget;
 pub mod link_policy;
 mod listing;
 mod mapped;
+pub mod ray_workers;
 mod reader;
 mod skip;
 pub mod writers;

@@ -11,8 +11,16 @@
 //!   include_prefixes: ["vllm:", "lmcache:"]
 //!   exclude_prefixes: []
 //! naming: ray
-//! labels: {ReplicaId: ""}
+//! per_writer: {label: WorkerId}
+//! ray: {replica_id: ""}
+//! labels: {Component: core_worker, NodeAddress: "${NODE_IP}"}
 //! ```
+//!
+//! Label values (and `ray.replica_id`) may name environment variables, read
+//! once when the file is loaded: `${NAME}` (an error when `NAME` is not
+//! set), `${NAME:-default}` (`default` when it is unset or empty), `$$` for
+//! a literal `$`. This is how a Kubernetes pod's downward API values
+//! (`status.podIP`, `spec.nodeName`) reach the labels.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -38,6 +46,18 @@ pub struct ConfigFile {
     /// `vllm:kv_cache_usage_perc` becomes `ray_vllm_kv_cache_usage_perc`).
     #[serde(default)]
     pub naming: Naming,
+    /// Serve each writer's series apart instead of merged: every writer (the
+    /// process a file's name names, `1234` in `counter_1234.db`) is merged
+    /// on its own and its samples get the label `label` with the writer as
+    /// value, as Ray's metrics agent labels every series with `WorkerId`.
+    /// Summing the writers' series over the label gives the merged values
+    /// (counters, histograms, summaries, `sum` gauges). Absent: merged, as
+    /// prometheus_client serves them.
+    #[serde(default)]
+    pub per_writer: Option<PerWriterSection>,
+    /// What vLLM's Ray metric wrappers add.
+    #[serde(default)]
+    pub ray: RaySection,
     /// Constant labels added to every served sample, as `name: value`.
     /// Names must be legacy Prometheus label names (`[a-zA-Z_][a-zA-Z0-9_]*`),
     /// must not start with `__` (reserved), and must not be `le` or
@@ -47,6 +67,40 @@ pub struct ConfigFile {
     /// does for target labels (`honor_labels: false`).
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+}
+
+/// The `per_writer` section.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PerWriterSection {
+    /// The label naming the writer (default `WorkerId`, Ray's). A legacy
+    /// label name, not one of `labels`.
+    #[serde(default = "default_writer_label")]
+    pub label: String,
+    /// A Ray session's log directory (`/tmp/ray/session_latest/logs` on a
+    /// Ray node, shared with the exporter): a writer named by a pid is
+    /// labelled with Ray's worker id of that process instead (the id Ray's
+    /// agent puts in `WorkerId`), which the names of Ray's worker log files
+    /// give. A pid no log file names keeps its pid. Environment variables
+    /// are expanded as in `labels`.
+    #[serde(default)]
+    pub ray_logs: Option<String>,
+}
+
+fn default_writer_label() -> String {
+    "WorkerId".to_owned()
+}
+
+/// The `ray` section.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RaySection {
+    /// The value of the `ReplicaId` label that vLLM's Ray wrappers
+    /// (`vllm/v1/metrics/ray_wrappers.py`) put on every `vllm:` family: the
+    /// Ray Serve replica's id, `""` outside Ray Serve. Absent: no
+    /// `ReplicaId`. Added to the families whose name starts with `vllm:`.
+    #[serde(default)]
+    pub replica_id: Option<String>,
 }
 
 /// The `filter` section.
@@ -99,9 +153,28 @@ pub struct Config {
     pub exclude_prefixes: Vec<String>,
     /// Naming convention.
     pub naming: Naming,
-    /// Constant labels, sorted by name.
+    /// How writers are served apart (`per_writer`), if they are.
+    pub per_writer: Option<PerWriter>,
+    /// The `ReplicaId` value added to `vllm:` families (`ray.replica_id`).
+    pub replica_id: Option<Arc<str>>,
+    /// Constant labels, sorted by name, environment variables expanded.
     pub labels: Vec<(Arc<str>, Arc<str>)>,
 }
+
+/// The validated `per_writer` section.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PerWriter {
+    /// The label naming the writer.
+    pub label: Arc<str>,
+    /// Ray's log directory, to label writers with Ray's worker ids.
+    pub ray_logs: Option<PathBuf>,
+}
+
+/// The label vLLM's Ray wrappers add to every `vllm:` family.
+pub const REPLICA_ID_LABEL: &str = "ReplicaId";
+
+/// The families vLLM's Ray wrappers label with `ReplicaId`.
+pub const VLLM_PREFIX: &str = "vllm:";
 
 /// Why a configuration cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,6 +201,19 @@ pub enum ConfigError {
         /// `include_prefixes` or `exclude_prefixes`.
         key: &'static str,
     },
+    /// A value names an environment variable that is not set, or is
+    /// malformed.
+    Variable {
+        /// Where (`labels.NAME`, `ray.replica_id`).
+        key: String,
+        /// What is wrong.
+        error: String,
+    },
+    /// Two parts of the configuration add the same label.
+    DuplicateLabel {
+        /// The label name.
+        name: String,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -141,6 +227,11 @@ impl fmt::Display for ConfigError {
             Self::EmptyPrefix { key } => write!(
                 f,
                 "empty prefix in `filter.{key}` (it would match every family)"
+            ),
+            Self::Variable { key, error } => write!(f, "in `{key}`: {error}"),
+            Self::DuplicateLabel { name } => write!(
+                f,
+                "label {name:?} is added twice (by `labels` and by `per_writer.label` or `ray.replica_id`)"
             ),
         }
     }
@@ -173,8 +264,16 @@ impl Config {
         Self::from_yaml(text)
     }
 
-    /// Validates a parsed file.
+    /// Validates a parsed file, expanding environment variables.
     pub fn validate(file: ConfigFile) -> Result<Self, ConfigError> {
+        Self::validate_with(file, &|name| std::env::var(name).ok())
+    }
+
+    /// [`Self::validate`] with the environment variables `env` gives.
+    pub fn validate_with(
+        file: ConfigFile,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
         for (key, prefixes) in [
             ("include_prefixes", &file.filter.include_prefixes),
             ("exclude_prefixes", &file.filter.exclude_prefixes),
@@ -191,16 +290,81 @@ impl Config {
                 });
             }
         }
+        let per_writer = match file.per_writer {
+            None => None,
+            Some(section) => {
+                if let Some(reason) = label_name_problem(&section.label) {
+                    return Err(ConfigError::InvalidLabelName {
+                        name: section.label,
+                        reason,
+                    });
+                }
+                let ray_logs = section
+                    .ray_logs
+                    .as_deref()
+                    .map(|path| {
+                        expand_env(path, env).map_err(|error| ConfigError::Variable {
+                            key: "per_writer.ray_logs".to_owned(),
+                            error,
+                        })
+                    })
+                    .transpose()?;
+                Some(PerWriter {
+                    label: Arc::from(section.label),
+                    ray_logs: ray_logs.map(PathBuf::from),
+                })
+            }
+        };
+        let replica_id = file
+            .ray
+            .replica_id
+            .map(|value| {
+                expand_env(&value, env).map_err(|error| ConfigError::Variable {
+                    key: "ray.replica_id".to_owned(),
+                    error,
+                })
+            })
+            .transpose()?;
+        let added = per_writer
+            .iter()
+            .map(|section| &*section.label)
+            .chain(replica_id.as_ref().map(|_| REPLICA_ID_LABEL));
+        let mut seen: Vec<&str> = Vec::new();
+        for name in added.chain(file.labels.keys().map(String::as_str)) {
+            if seen.contains(&name) {
+                return Err(ConfigError::DuplicateLabel {
+                    name: name.to_owned(),
+                });
+            }
+            seen.push(name);
+        }
+        let mut labels = Vec::with_capacity(file.labels.len());
+        for (name, value) in &file.labels {
+            let value = expand_env(value, env).map_err(|error| ConfigError::Variable {
+                key: format!("labels.{name}"),
+                error,
+            })?;
+            labels.push((Arc::from(name.as_str()), Arc::from(value)));
+        }
         Ok(Self {
             include_prefixes: file.filter.include_prefixes,
             exclude_prefixes: file.filter.exclude_prefixes,
             naming: file.naming,
-            labels: file
-                .labels
-                .into_iter()
-                .map(|(k, v)| (Arc::from(k), Arc::from(v)))
-                .collect(),
+            per_writer,
+            replica_id: replica_id.map(Arc::from),
+            labels,
         })
+    }
+
+    /// Why this configuration cannot be used with
+    /// `--dir.compact-dead-writers`, if it cannot: compaction replaces dead
+    /// writers' files by archives, so with `per_writer` their series would
+    /// vanish and an `archive` writer's jump by their sum, which `rate()`
+    /// takes for an increase.
+    pub fn compaction_conflict(&self) -> Option<&'static str> {
+        self.per_writer.is_some().then_some(
+            "`per_writer` cannot be combined with --dir.compact-dead-writers: compaction would move dead writers' series into one archive series, which rate() would take for an increase",
+        )
     }
 
     /// Whether this configuration changes nothing.
@@ -208,8 +372,56 @@ impl Config {
         self.include_prefixes.is_empty()
             && self.exclude_prefixes.is_empty()
             && self.naming == Naming::Prometheus
+            && self.replica_id.is_none()
             && self.labels.is_empty()
     }
+}
+
+/// `text` with `${NAME}`, `${NAME:-default}` and `$$` expanded from `env`
+/// (hand-written: three forms do not justify a dependency). A `$` that
+/// starts none of them stays as it is.
+pub fn expand_env(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        if let Some(after) = after.strip_prefix('$') {
+            out.push('$');
+            rest = after;
+        } else if let Some(inner) = after.strip_prefix('{') {
+            let end = inner
+                .find('}')
+                .ok_or_else(|| format!("`${{` without a closing `}}` in {text:?}"))?;
+            let (name, default) = match inner[..end].split_once(":-") {
+                Some((name, default)) => (name, Some(default)),
+                None => (&inner[..end], None),
+            };
+            let valid = !name.is_empty()
+                && !name.starts_with(|c: char| c.is_ascii_digit())
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid {
+                return Err(format!(
+                    "{name:?} is not an environment variable name (in {text:?})"
+                ));
+            }
+            match (env(name).filter(|v| !(v.is_empty() && default.is_some())), default) {
+                (Some(value), _) => out.push_str(&value),
+                (None, Some(default)) => out.push_str(default),
+                (None, None) => {
+                    return Err(format!(
+                        "environment variable {name} is not set (write ${{{name}:-}} for an empty default)"
+                    ))
+                }
+            }
+            rest = &inner[end + 1..];
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    Ok(out)
 }
 
 /// Why `name` cannot be a constant label name, if it cannot.
@@ -243,6 +455,78 @@ mod tests {
         assert!(config.exclude_prefixes.is_empty());
         assert_eq!(config.naming, Naming::Ray);
         assert_eq!(config.labels, [("ReplicaId".into(), "".into())]);
+    }
+
+    #[test]
+    fn ray_profile_parses() {
+        let env = |name: &str| match name {
+            "NODE_IP" => Some("10.0.0.7".to_owned()),
+            "EMPTY" => Some(String::new()),
+            _ => None,
+        };
+        let file: ConfigFile = serde_yaml::from_str(
+            "naming: ray\nper_writer: {}\nray: {replica_id: \"${REPLICA:-}\"}\n\
+             labels: {Component: core_worker, NodeAddress: \"${NODE_IP}\", \
+             SessionName: \"${EMPTY:-session_x}\", Cost: \"$$5 $x\"}\n",
+        )
+        .unwrap();
+        let config = Config::validate_with(file, &env).unwrap();
+        let per_writer = config.per_writer.as_ref().unwrap();
+        assert_eq!(&*per_writer.label, "WorkerId");
+        assert_eq!(per_writer.ray_logs, None);
+        assert_eq!(config.replica_id.as_deref(), Some(""));
+        assert_eq!(
+            config.labels,
+            [
+                ("Component".into(), "core_worker".into()),
+                ("Cost".into(), "$5 $x".into()),
+                ("NodeAddress".into(), "10.0.0.7".into()),
+                ("SessionName".into(), "session_x".into()),
+            ]
+        );
+        assert!(!config.is_identity());
+        let config = Config::from_yaml(
+            "per_writer: {label: pid_of_writer, ray_logs: /tmp/ray/session_latest/logs}\n",
+        )
+        .unwrap();
+        let per_writer = config.per_writer.unwrap();
+        assert_eq!(&*per_writer.label, "pid_of_writer");
+        assert_eq!(
+            per_writer.ray_logs.as_deref(),
+            Some(Path::new("/tmp/ray/session_latest/logs"))
+        );
+    }
+
+    #[test]
+    fn unset_variables_and_duplicate_labels_are_errors() {
+        let e =
+            Config::from_yaml("labels: {a: \"${MPE_TEST_SURELY_UNSET_VARIABLE}\"}\n").unwrap_err();
+        assert!(
+            e.to_string().contains("labels.a")
+                && e.to_string()
+                    .contains("MPE_TEST_SURELY_UNSET_VARIABLE is not set"),
+            "{e}"
+        );
+        for bad in ["${}", "${1A}", "${A-B}", "${A"] {
+            let yaml = format!("ray: {{replica_id: \"{bad}\"}}\n");
+            let e = Config::from_yaml(&yaml).unwrap_err();
+            assert!(matches!(e, ConfigError::Variable { .. }), "{bad}: {e}");
+        }
+        for yaml in [
+            "per_writer: {}\nlabels: {WorkerId: x}\n",
+            "ray: {replica_id: \"\"}\nlabels: {ReplicaId: x}\n",
+            "per_writer: {label: ReplicaId}\nray: {replica_id: \"\"}\n",
+        ] {
+            let e = Config::from_yaml(yaml).unwrap_err();
+            assert!(
+                matches!(e, ConfigError::DuplicateLabel { .. }),
+                "{yaml}: {e}"
+            );
+        }
+        let e = Config::from_yaml("per_writer: {label: le}\n").unwrap_err();
+        assert!(matches!(e, ConfigError::InvalidLabelName { .. }), "{e}");
+        let e = Config::from_yaml("per_writer: {name: x}\n").unwrap_err();
+        assert!(e.to_string().contains("unknown field `name`"), "{e}");
     }
 
     #[test]

@@ -11,11 +11,14 @@
 //!    `_` and prefixes `ray_`, exactly like vLLM's `RayPrometheusStatLogger`
 //!    plus Ray's `ray_` namespace. Suffixes survive because they are made of
 //!    legal characters: counters keep `_total`, histograms
-//!    `_bucket`/`_sum`/`_count`. Two families that end up with the same name
+//!    `_bucket`/`_sum`/`_count`. Histogram bounds are written as Ray writes
+//!    them, Python's `repr` (`le="1000000.0"`, where prometheus_client's
+//!    `floatToGoString` writes `1e+06`). Two families that end up with the same name
 //!    cannot both be served (the exposition would declare the name twice):
 //!    the first keeps it and the later one is dropped and reported as a
 //!    [`Collision`].
-//! 3. **Constant labels** are added to every sample. A sample that already has
+//! 3. **Constant labels** are added to every sample, and `ReplicaId` (the
+//!    configuration's `ray.replica_id`) to the samples of `vllm:` families. A sample that already has
 //!    a label of that name keeps its value under `exported_<name>` (or
 //!    `exported_exported_<name>`, and so on, until the name is free), which is
 //!    what Prometheus does with target labels under `honor_labels: false`.
@@ -29,8 +32,9 @@ pub mod config;
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use crate::model::float::python_repr_string;
 use crate::model::{Label, Labels, MetricFamily, MetricType};
-use crate::transform::config::{Config, Naming};
+use crate::transform::config::{Config, Naming, REPLICA_ID_LABEL, VLLM_PREFIX};
 
 /// A family dropped because its new name was already taken.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -61,11 +65,21 @@ pub fn apply(config: &Config, families: Vec<MetricFamily>) -> Transformed {
     let mut out = Vec::with_capacity(families.len());
     let mut collisions = Vec::new();
     let mut taken: HashSet<Arc<str>> = HashSet::new();
+    // `vllm:` families also get `ReplicaId`, as vLLM's Ray wrappers add it.
+    let with_replica: Option<Vec<Label>> = config.replica_id.as_ref().map(|value| {
+        let mut labels = config.labels.clone();
+        labels.push((REPLICA_ID_LABEL.into(), value.clone()));
+        labels
+    });
     for family in families {
         if !keep(config, &family) {
             continue;
         }
         let original = family.name.clone();
+        let constant = match &with_replica {
+            Some(labels) if original.starts_with(VLLM_PREFIX) => labels,
+            _ => &config.labels,
+        };
         let family = rename(config.naming, family);
         if config.naming != Naming::Prometheus && !taken.insert(family.name.clone()) {
             collisions.push(Collision {
@@ -74,7 +88,7 @@ pub fn apply(config: &Config, families: Vec<MetricFamily>) -> Transformed {
             });
             continue;
         }
-        out.push(add_labels(&config.labels, family));
+        out.push(add_labels(constant, family));
     }
     Transformed {
         families: out,
@@ -127,6 +141,10 @@ fn rename(naming: Naming, mut family: MetricFamily) -> MetricFamily {
         Naming::Prometheus => family,
         Naming::Ray => {
             family.name = ray_name(&family.name).into();
+            let bucketed = matches!(
+                family.metric_type,
+                MetricType::Histogram | MetricType::GaugeHistogram
+            );
             let mut last: Option<(Arc<str>, Arc<str>)> = None;
             for sample in &mut family.samples {
                 // Samples of one series share their name; convert each name once.
@@ -139,10 +157,36 @@ fn rename(naming: Naming, mut family: MetricFamily) -> MetricFamily {
                     }
                 };
                 sample.name = renamed;
+                if bucketed {
+                    sample.labels = ray_bounds(&sample.labels);
+                }
             }
             family
         }
     }
+}
+
+/// `labels` with the `le` bound written as Ray's agent writes it (Python's
+/// `repr`: `1000000.0` where prometheus_client writes `1e+06`); only bounds
+/// of seven to sixteen integer digits differ.
+fn ray_bounds(labels: &Labels) -> Labels {
+    let Some(le) = labels.get("le") else {
+        return labels.clone();
+    };
+    if !le.contains("e+") {
+        return labels.clone();
+    }
+    let Ok(bound) = le.parse::<f64>() else {
+        return labels.clone();
+    };
+    let ray: Arc<str> = python_repr_string(bound).into();
+    Labels::new(labels.iter().map(|(name, value)| {
+        if &**name == "le" {
+            (name.clone(), ray.clone())
+        } else {
+            (name.clone(), value.clone())
+        }
+    }))
 }
 
 fn add_labels(constant: &[Label], mut family: MetricFamily) -> MetricFamily {
@@ -351,6 +395,37 @@ mod tests {
     }
 
     #[test]
+    fn ray_bounds_are_written_as_ray_writes_them() {
+        let families = vec![family(
+            "vllm:kv_offload_size",
+            MetricType::Histogram,
+            &[
+                ("vllm:kv_offload_size_bucket", &[("le", "1e+06")], 1.0),
+                ("vllm:kv_offload_size_bucket", &[("le", "1.5e+08")], 1.0),
+                ("vllm:kv_offload_size_bucket", &[("le", "1e+16")], 1.0),
+                ("vllm:kv_offload_size_bucket", &[("le", "0.5")], 1.0),
+                ("vllm:kv_offload_size_bucket", &[("le", "+Inf")], 1.0),
+                ("vllm:kv_offload_size_sum", &[], 1.0),
+            ],
+        )];
+        let bounds = |config: &str| -> Vec<String> {
+            apply(&Config::from_yaml(config).unwrap(), families.clone()).families[0]
+                .samples
+                .iter()
+                .filter_map(|s| s.labels.get("le").map(|v| v.to_string()))
+                .collect()
+        };
+        assert_eq!(
+            bounds("naming: ray"),
+            ["1000000.0", "150000000.0", "1e+16", "0.5", "+Inf"]
+        );
+        assert_eq!(
+            bounds("labels: {a: b}"),
+            ["1e+06", "1.5e+08", "1e+16", "0.5", "+Inf"]
+        );
+    }
+
+    #[test]
     fn ray_collisions_keep_the_first_family() {
         let families = vec![
             family("a:b", MetricType::Gauge, &[("a:b", &[], 1.0)]),
@@ -417,6 +492,25 @@ mod tests {
                 assert_eq!(a, b);
             }
         }
+    }
+
+    #[test]
+    fn replica_id_goes_to_vllm_families_only() {
+        let config =
+            Config::from_yaml("naming: ray\nray: {replica_id: r1}\nlabels: {Version: \"2.60.0\"}")
+                .unwrap();
+        let out = apply(&config, vllm_families());
+        let labels = |i: usize| out.families[i].samples[0].labels.as_slice().to_vec();
+        assert_eq!(
+            labels(0),
+            [
+                l("ReplicaId", "r1"),
+                l("Version", "2.60.0"),
+                l("model_name", "m")
+            ]
+        );
+        assert_eq!(labels(1), [l("Version", "2.60.0")]);
+        assert_eq!(labels(3), [l("Version", "2.60.0"), l("pid", "7")]);
     }
 
     #[test]

@@ -41,4 +41,7 @@ mod first_hour;
 mod negotiation_e2e;
 mod prometheus_e2e;
 mod queries_e2e;
+mod ray;
+mod ray_agent;
+mod ray_dashboard;
 mod rules_and_dashboards;

@@ -231,6 +231,37 @@ impl Reporter {
                     now.insert(key);
                     conflicts.push(label);
                 }
+                Event::RayLogsUnreadable { path, error } => {
+                    let key: LoggedConflict = (
+                        path.to_string_lossy().into(),
+                        "".into(),
+                        "ray_logs_unreadable",
+                    );
+                    if !self.conflicts.contains(&key) {
+                        tracing::warn!(
+                            path = %path.display(),
+                            %error,
+                            "Cannot read Ray's log directory (per_writer.ray_logs); labelling writers with their pids."
+                        );
+                    }
+                    now.insert(key);
+                }
+                Event::WriterConflict(conflict) => {
+                    let key: LoggedConflict = (
+                        conflict.family.clone(),
+                        format!("writer {}", conflict.part).into(),
+                        conflict.reason.label(),
+                    );
+                    if !self.conflicts.contains(&key) {
+                        tracing::warn!(
+                            family = %conflict.family,
+                            writer = %conflict.part,
+                            kept_from = %conflict.kept_from,
+                            "A writer's metric family has another type than an earlier writer's; leaving out its series (per_writer)."
+                        );
+                    }
+                    now.insert(key);
+                }
             }
         }
         self.conflicts = now;

@@ -12,6 +12,7 @@
 #![allow(dead_code)]
 
 pub(crate) mod compare;
+pub(crate) mod exposition;
 pub(crate) mod monitoring;
 pub(crate) mod web;
 
@@ -505,20 +506,35 @@ pub(crate) fn write_counter(dir: &Path, pid: &str, value: f64) -> (PathBuf, u64)
 }
 
 /// The Python interpreter with prometheus_client 0.26.0: `$MPE_PYTHON`, else
-/// `target/venv/bin/python`. `None` (with a notice) when there is none,
-/// except under `CI=true`, where that is a failure.
+/// `target/venv/bin/python` (`scripts/setup-python-venv`). `None` (with a
+/// notice) when there is none, except under `CI=true`, where that is a
+/// failure.
 pub(crate) fn python() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("MPE_PYTHON").filter(|p| !p.is_empty()) {
+    venv_python("MPE_PYTHON", "venv", "")
+}
+
+/// The Python interpreter with Ray 2.60.0 (`ray[default]`) and
+/// prometheus_client 0.26.0: `$MPE_RAY_PYTHON`, else
+/// `target/ray-venv/bin/python` (`scripts/setup-python-venv ray`); `None` as
+/// for [`python`].
+pub(crate) fn ray_python() -> Option<PathBuf> {
+    venv_python("MPE_RAY_PYTHON", "ray-venv", " ray")
+}
+
+/// `$variable`, else `target/<venv>/bin/python`, made by
+/// `scripts/setup-python-venv<setup_argument>`.
+fn venv_python(variable: &str, venv: &str, setup_argument: &str) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os(variable).filter(|p| !p.is_empty()) {
         return Some(PathBuf::from(p));
     }
-    let venv = repo_root().join("target/venv/bin/python");
-    if venv.exists() {
-        return Some(venv);
+    let path = repo_root().join("target").join(venv).join("bin/python");
+    if path.exists() {
+        return Some(path);
     }
     if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("no Python venv in CI: set MPE_PYTHON or run scripts/setup-python-venv");
+        panic!("no target/{venv} in CI: set {variable} or run scripts/setup-python-venv{setup_argument}");
     }
-    eprintln!("skipping: no Python with prometheus_client (set MPE_PYTHON)");
+    eprintln!("skipping: no target/{venv} (set {variable} or run scripts/setup-python-venv{setup_argument})");
     None
 }
 
