@@ -29,8 +29,11 @@
 //!   ([`transform::config`]); filtering, renaming and constant labels; several
 //!   directories' families combined into one list ([`transform::combine`]).
 //! * [`expose`]: families → the exact bytes of prometheus_client's text and
-//!   OpenMetrics encoders ([`expose::encode`]), and content negotiation
-//!   ([`expose::negotiate`]).
+//!   OpenMetrics encoders ([`expose::encode`]), content negotiation
+//!   ([`expose::negotiate`]), and typed JSON ([`expose::json`]).
+//! * [`insight`]: vLLM at a glance: the curated numbers (requests, KV cache,
+//!   throughput, prefix-cache hits, TTFT, TPOT) of each collection, kept for
+//!   the last minutes, with reset-safe rates (no I/O).
 //! * [`pipeline`]: collect → transform → encode, the one path both `dump` and
 //!   `serve` take; a parent's subdirectories read as one pod each
 //!   ([`pipeline::subdirectories`]).
@@ -52,6 +55,7 @@ pub mod cli;
 pub mod demo;
 pub mod expose;
 pub mod format;
+pub mod insight;
 pub mod merge;
 pub mod model;
 pub mod pipeline;

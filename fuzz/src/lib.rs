@@ -587,6 +587,8 @@ fn structured_config(choice: &StructuredConfig) -> Config {
             Naming::Prometheus
         },
         per_writer: None,
+        aliases: Default::default(),
+        vllm_aliases: choice.ray,
         // With Ray names, vLLM families get `ReplicaId` too.
         ray: RaySection {
             replica_id: choice.ray.then(String::new),

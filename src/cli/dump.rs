@@ -105,7 +105,7 @@ pub(crate) fn run(args: DumpFlags) -> ExitCode {
         return ExitCode::from(1);
     }
     let format = match args.format {
-        FormatArg::Text => Format::Text,
+        FormatArg::Text | FormatArg::Json => Format::Text,
         FormatArg::Openmetrics => Format::OpenMetrics,
     };
     let escaping = match args.escaping {
@@ -119,7 +119,15 @@ pub(crate) fn run(args: DumpFlags) -> ExitCode {
             c.original, c.renamed
         );
     }
-    let body = pipeline::render(&families, None, format, escaping);
+    let body = if args.format == FormatArg::Json {
+        let mut json = crate::expose::json::snapshot(&families)
+            .to_string()
+            .into_bytes();
+        json.push(b'\n');
+        json
+    } else {
+        pipeline::render(&families, None, format, escaping)
+    };
     let mut stdout = std::io::stdout().lock();
     match stdout.write_all(&body).and_then(|()| stdout.flush()) {
         Ok(()) => ExitCode::SUCCESS,

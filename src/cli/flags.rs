@@ -397,6 +397,8 @@ pub enum FormatArg {
     Text,
     /// OpenMetrics 1.0.0 text format.
     Openmetrics,
+    /// The typed JSON of `/api/v1/snapshot` (docs/api.md).
+    Json,
 }
 
 /// Name escaping for `dump`.

@@ -1,6 +1,8 @@
 //! Exposing merged families: the exact bytes of prometheus_client's text and
-//! OpenMetrics encoders ([`encode`]) and HTTP content negotiation as
-//! prometheus_client does it ([`negotiate`]). No I/O.
+//! OpenMetrics encoders ([`encode`]), HTTP content negotiation as
+//! prometheus_client does it ([`negotiate`]), and the families as typed JSON
+//! ([`json`]). No I/O.
 
 pub mod encode;
+pub mod json;
 pub mod negotiate;

@@ -16,8 +16,10 @@
 //! return only the self-metrics, and `/-/ready` answers 503 until a directory
 //! exists.
 
+mod api;
 mod http;
 mod scrape;
+mod status_page;
 mod telemetry;
 
 use crate::server::telemetry::operational::ConfigReload;
@@ -40,6 +42,7 @@ use axum::routing::get;
 use axum::Router;
 
 use crate::expose::negotiate::{gzip_accepted, name_params, negotiate, Negotiation};
+use crate::model::MetricFamily;
 use crate::source::link_policy::LinkPolicy;
 use crate::source::writers::WriterPolicy;
 use crate::source::MemoryBudget;
@@ -171,6 +174,14 @@ impl Shared {
             .clone()
     }
 
+    /// Runs (or joins) a collection, as a scrape does; its families as
+    /// `/metrics` serves them.
+    fn collect_now(&self) -> Arc<Vec<MetricFamily>> {
+        let config = self.config();
+        let self_metrics = self.exporter_metrics.then_some(&self.self_metrics);
+        self.scraper.families(&config, self_metrics)
+    }
+
     /// Re-reads the configuration file; a bad file keeps the configuration in
     /// force. Blocking (reads the file).
     pub(crate) fn reload_config(&self, trigger: ReloadTrigger) {
@@ -268,7 +279,8 @@ async fn dispatch(
     let path = uri.path();
     let is_metrics = path == state.0.telemetry_path;
     let is_landing = path == "/" && !is_metrics;
-    if !is_metrics && !is_landing {
+    let endpoint = (!is_metrics).then(|| api::Endpoint::of(path)).flatten();
+    if !is_metrics && !is_landing && endpoint.is_none() {
         return (StatusCode::NOT_FOUND, "404 page not found\n").into_response();
     }
     if method != Method::GET && method != Method::HEAD {
@@ -280,7 +292,10 @@ async fn dispatch(
         return response;
     }
     if is_landing {
-        return landing_page(&state.0.telemetry_path);
+        return status(state).await;
+    }
+    if let Some(endpoint) = endpoint {
+        return api_json(state, endpoint, query).await;
     }
     metrics(state, &headers, query.as_deref()).await
 }
@@ -335,35 +350,51 @@ async fn metrics(state: AppState, headers: &HeaderMap, query: Option<&str>) -> R
     response
 }
 
-fn landing_page(telemetry_path: &str) -> Response {
-    let path = html_escape(telemetry_path);
-    let version = env!("CARGO_PKG_VERSION");
-    let html = format!(
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"UTF-8\">\n\
-         <title>multiproc-exporter</title>\n</head>\n<body>\n\
-         <h1>multiproc-exporter</h1>\n\
-         <p>Prometheus exporter for the metric files of Python prometheus_client's multiprocess mode (version {version}).</p>\n\
-         <ul>\n<li><a href=\"{path}\">Metrics</a> ({path})</li>\n\
-         <li><a href=\"/-/healthy\">Health</a> (/-/healthy)</li>\n\
-         <li><a href=\"/-/ready\">Readiness</a> (/-/ready)</li>\n</ul>\n\
-         </body>\n</html>\n"
-    );
+/// The status page, after a collection (see [`status_page`]).
+async fn status(state: AppState) -> Response {
+    let shared = state.0.clone();
+    let html = tokio::task::spawn_blocking(move || {
+        shared.collect_now();
+        status_page::page(
+            &shared.telemetry_path,
+            &shared.dirs,
+            shared.scraper.insight().last().as_ref(),
+        )
+    })
+    .await
+    .unwrap_or_else(|e| {
+        tracing::error!(error = %e, "The status page task failed.");
+        status_page::page(&state.0.telemetry_path, &state.0.dirs, None)
+    });
     ([(header::CONTENT_TYPE, "text/html; charset=UTF-8")], html).into_response()
 }
 
-fn html_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
+/// A JSON endpoint of [`api`], after a collection.
+async fn api_json(state: AppState, endpoint: api::Endpoint, query: Option<String>) -> Response {
+    let shared = state.0.clone();
+    let body = tokio::task::spawn_blocking(move || {
+        let families = shared.collect_now();
+        api::answer(
+            endpoint,
+            &families,
+            shared.scraper.insight(),
+            &shared.dirs,
+            query.as_deref(),
+        )
+    })
+    .await
+    .unwrap_or_else(|e| {
+        tracing::error!(error = %e, "The API task failed.");
+        b"{}".to_vec()
+    });
+    (
+        [
+            (header::CONTENT_TYPE, "application/json"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        body,
+    )
+        .into_response()
 }
 
 /// Everything `serve` needs, validated (the command line makes it:

@@ -29,8 +29,10 @@ use flate2::Compression;
 use std::time::Instant;
 
 use crate::expose::encode::{Escaping, Format};
+use crate::insight::Point;
 use crate::model::MetricFamily;
 use crate::pipeline::{self, Gathered, Source};
+use crate::server::api::{unix_now, Insight, LastCollection};
 use crate::server::telemetry::events::Reporter;
 use crate::server::telemetry::self_metrics::{self, SelfMetrics};
 use crate::source::link_policy::LinkPolicy;
@@ -49,6 +51,8 @@ pub(crate) struct Scraper {
     bodies: Mutex<Bodies>,
     finished: Condvar,
     rechecks: Mutex<Rechecks>,
+    /// The curated history and the last collection's status.
+    insight: Insight,
 }
 
 /// Files the watcher saw modified since the last collection: their maps are
@@ -165,6 +169,7 @@ impl Scraper {
             bodies: Mutex::new(Bodies::default()),
             finished: Condvar::new(),
             rechecks: Mutex::new(Rechecks::default()),
+            insight: Insight::default(),
         }
     }
 
@@ -315,8 +320,15 @@ impl Scraper {
             state.source.reset();
             Gathered::default()
         });
-        let (mut families, collisions) =
-            pipeline::transform(config, std::mem::take(&mut gathered.collection.families));
+        let merged = std::mem::take(&mut gathered.collection.families);
+        let now = unix_now();
+        // vLLM's curated numbers, from vLLM's own names.
+        let point = Point::of(&merged, now);
+        let (mut families, collisions) = pipeline::transform(config, merged);
+        self.insight.record(
+            point,
+            LastCollection::of(&gathered, &families, now, start.elapsed()),
+        );
         state.reporter.collection(
             &gathered,
             families.len(),
@@ -331,6 +343,21 @@ impl Scraper {
             families.extend(own);
         }
         families
+    }
+
+    /// The families of a collection (run now, or joined if one is in
+    /// flight), as `/metrics` serves them.
+    pub(crate) fn families(
+        &self,
+        config: &Config,
+        self_metrics: Option<&SelfMetrics>,
+    ) -> Arc<Vec<MetricFamily>> {
+        self.coalesced(|| self.collect(config, self_metrics)).1
+    }
+
+    /// The curated history and the last collection's status.
+    pub(crate) fn insight(&self) -> &Insight {
+        &self.insight
     }
 
     /// Whether each directory is a parent of one directory per pod.

@@ -29,7 +29,8 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use crate::model::names::is_legacy_label_name;
+use crate::model::names::{is_legacy_label_name, is_legacy_metric_name};
+use crate::transform::aliases::VLLM_ALIASES;
 
 /// The configuration file as written: every key is optional, unknown keys are
 /// errors.
@@ -58,6 +59,18 @@ pub struct ConfigFile {
     /// What vLLM's Ray metric wrappers add.
     #[serde(default)]
     pub ray: RaySection,
+    /// Families served a second time under an old name, as
+    /// `old_name: new_name` (original names, before `naming`): a copy of the
+    /// family `new_name` named `old_name`, right after it, unless the
+    /// directory has a family `old_name` itself. See
+    /// [`crate::transform::aliases`].
+    #[serde(default)]
+    pub aliases: BTreeMap<String, String>,
+    /// Add vLLM's renames that consumers still query to `aliases`
+    /// ([`crate::transform::aliases::VLLM_ALIASES`]:
+    /// `vllm:gpu_cache_usage_perc` for `vllm:kv_cache_usage_perc`, ...).
+    #[serde(default)]
+    pub vllm_aliases: bool,
     /// Constant labels added to every served sample, as `name: value`.
     /// Names must be legacy Prometheus label names (`[a-zA-Z_][a-zA-Z0-9_]*`),
     /// must not start with `__` (reserved), and must not be `le` or
@@ -159,6 +172,8 @@ pub struct Config {
     pub replica_id: Option<Arc<str>>,
     /// Constant labels, sorted by name, environment variables expanded.
     pub labels: Vec<(Arc<str>, Arc<str>)>,
+    /// Aliases as `(old, new)` pairs, vLLM's first when enabled.
+    pub aliases: Vec<(Arc<str>, Arc<str>)>,
 }
 
 /// The validated `per_writer` section.
@@ -209,6 +224,13 @@ pub enum ConfigError {
         /// What is wrong.
         error: String,
     },
+    /// An alias is not a legacy metric name, or names itself.
+    InvalidAlias {
+        /// The old name.
+        old: String,
+        /// The new name.
+        new: String,
+    },
     /// Two parts of the configuration add the same label.
     DuplicateLabel {
         /// The label name.
@@ -229,6 +251,10 @@ impl fmt::Display for ConfigError {
                 "empty prefix in `filter.{key}` (it would match every family)"
             ),
             Self::Variable { key, error } => write!(f, "in `{key}`: {error}"),
+            Self::InvalidAlias { old, new } => write!(
+                f,
+                "invalid alias {old:?}: {new:?} (both must be metric names matching [a-zA-Z_:][a-zA-Z0-9_:]*, and differ)"
+            ),
             Self::DuplicateLabel { name } => write!(
                 f,
                 "label {name:?} is added twice (by `labels` and by `per_writer.label` or `ray.replica_id`)"
@@ -338,6 +364,24 @@ impl Config {
             }
             seen.push(name);
         }
+        let mut aliases: Vec<(Arc<str>, Arc<str>)> = Vec::new();
+        if file.vllm_aliases {
+            aliases.extend(
+                VLLM_ALIASES
+                    .iter()
+                    .filter(|(old, _, _)| !file.aliases.contains_key(*old))
+                    .map(|(old, new, _)| (Arc::from(*old), Arc::from(*new))),
+            );
+        }
+        for (old, new) in &file.aliases {
+            if old == new || !is_legacy_metric_name(old) || !is_legacy_metric_name(new) {
+                return Err(ConfigError::InvalidAlias {
+                    old: old.clone(),
+                    new: new.clone(),
+                });
+            }
+            aliases.push((Arc::from(old.as_str()), Arc::from(new.as_str())));
+        }
         let mut labels = Vec::with_capacity(file.labels.len());
         for (name, value) in &file.labels {
             let value = expand_env(value, env).map_err(|error| ConfigError::Variable {
@@ -353,6 +397,7 @@ impl Config {
             per_writer,
             replica_id: replica_id.map(Arc::from),
             labels,
+            aliases,
         })
     }
 
@@ -374,6 +419,7 @@ impl Config {
             && self.naming == Naming::Prometheus
             && self.replica_id.is_none()
             && self.labels.is_empty()
+            && self.aliases.is_empty()
     }
 }
 
@@ -527,6 +573,35 @@ mod tests {
         assert!(matches!(e, ConfigError::InvalidLabelName { .. }), "{e}");
         let e = Config::from_yaml("per_writer: {name: x}\n").unwrap_err();
         assert!(e.to_string().contains("unknown field `name`"), "{e}");
+    }
+
+    #[test]
+    fn aliases_are_validated_and_vllm_defaults_added() {
+        let config = Config::from_yaml(
+            "vllm_aliases: true\naliases: {\"vllm:gpu_cache_usage_perc\": \"vllm:other\", old_x: new_x}\n",
+        )
+        .unwrap();
+        let pairs: Vec<(&str, &str)> = config.aliases.iter().map(|(a, b)| (&**a, &**b)).collect();
+        assert_eq!(
+            pairs,
+            [
+                ("vllm:gpu_prefix_cache_queries", "vllm:prefix_cache_queries"),
+                ("vllm:gpu_prefix_cache_hits", "vllm:prefix_cache_hits"),
+                (
+                    "vllm:time_per_output_token_seconds",
+                    "vllm:inter_token_latency_seconds"
+                ),
+                ("old_x", "new_x"),
+                ("vllm:gpu_cache_usage_perc", "vllm:other"),
+            ]
+        );
+        for bad in ["{a: a}", "{\"a-b\": c}", "{a: \"0c\"}"] {
+            let e = Config::from_yaml(&format!("aliases: {bad}\n")).unwrap_err();
+            assert!(matches!(e, ConfigError::InvalidAlias { .. }), "{bad}: {e}");
+        }
+        assert!(Config::from_yaml("vllm_aliases: false\n")
+            .unwrap()
+            .is_identity());
     }
 
     #[test]

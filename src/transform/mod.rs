@@ -3,6 +3,8 @@
 //!
 //! The steps, in order:
 //!
+//! 0. **Aliases** ([`aliases`]): a family is copied under an old name it
+//!    had, right after it.
 //! 1. **Filter** whole families by their original name (see
 //!    [`crate::transform::config::FilterSection`]); never individual samples, so a
 //!    histogram's `_bucket`, `_sum` and `_count` stay together.
@@ -26,6 +28,7 @@
 //! Every result stays valid in both exposition formats: renamed names are
 //! legacy-valid, and constant label names are validated legacy label names.
 
+pub mod aliases;
 pub mod combine;
 pub mod config;
 
@@ -62,6 +65,7 @@ pub fn apply(config: &Config, families: Vec<MetricFamily>) -> Transformed {
             collisions: Vec::new(),
         };
     }
+    let families = aliases::add_aliases(families, &config.aliases);
     let mut out = Vec::with_capacity(families.len());
     let mut collisions = Vec::new();
     let mut taken: HashSet<Arc<str>> = HashSet::new();

@@ -16,6 +16,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("source", &["merge", "format", "model"]),
     ("transform", &["model"]),
     ("expose", &["model"]),
+    ("insight", &["model"]),
     (
         "pipeline",
         &["source", "transform", "expose", "merge", "format", "model"],
@@ -28,6 +29,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "source",
             "transform",
             "expose",
+            "insight",
             "merge",
             "format",
             "model",
@@ -43,6 +45,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "source",
             "transform",
             "expose",
+            "insight",
             "merge",
             "format",
             "model",

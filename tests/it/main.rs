@@ -45,3 +45,4 @@ mod ray;
 mod ray_agent;
 mod ray_dashboard;
 mod rules_and_dashboards;
+mod status;

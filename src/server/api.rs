@@ -1,0 +1,193 @@
+//! The JSON API and what the status page shows: `/api/v1/snapshot` (the
+//! families as typed JSON, [`crate::expose::json`]), `/api/v1/summary` (the
+//! curated vLLM numbers and their history, [`crate::insight`]) and
+//! `/api/v1/status` (the last collection: directories, files, problems,
+//! writers, cost). Schemas: `docs/api.md`.
+//!
+//! Every endpoint runs (or joins) a collection first, as a scrape does, so the
+//! status page keeps the history going without a Prometheus.
+
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+use crate::expose::json;
+use crate::expose::negotiate::name_params;
+use crate::insight::{History, Point, Summary};
+use crate::model::MetricFamily;
+use crate::pipeline::Gathered;
+use crate::transform::restrict;
+
+/// What the last collection found, for `/api/v1/status`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct LastCollection {
+    /// Unix time, seconds.
+    pub(crate) at: f64,
+    /// How long reading and merging took, milliseconds.
+    pub(crate) duration_ms: f64,
+    /// Input directories that exist / do not.
+    pub(crate) directories_present: usize,
+    pub(crate) directories_missing: usize,
+    /// Files listed, merged, left out (problems), pending (being created).
+    pub(crate) files_listed: usize,
+    pub(crate) files_merged: usize,
+    pub(crate) files_skipped: usize,
+    pub(crate) files_pending: usize,
+    /// Bytes read from files.
+    pub(crate) bytes_read: u64,
+    /// Families and samples served from the directories.
+    pub(crate) families: usize,
+    pub(crate) samples: usize,
+    /// Writers live, dead, of unknown liveness.
+    pub(crate) writers_live: usize,
+    pub(crate) writers_dead: usize,
+    pub(crate) writers_unknown: usize,
+    /// What was left out and why.
+    pub(crate) problems: Vec<ProblemJson>,
+}
+
+/// One problem of [`LastCollection`].
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ProblemJson {
+    pub(crate) path: String,
+    /// The stable reason label (as in `multiproc_exporter_scrape_files_skipped`).
+    pub(crate) reason: &'static str,
+    /// What is wrong, in words.
+    pub(crate) message: String,
+}
+
+impl LastCollection {
+    /// The status of `gathered`, whose transformed families are `families`.
+    pub(crate) fn of(
+        gathered: &Gathered,
+        families: &[MetricFamily],
+        at: f64,
+        took: Duration,
+    ) -> Self {
+        let c = &gathered.collection;
+        Self {
+            at,
+            duration_ms: took.as_secs_f64() * 1000.0,
+            directories_present: c.stats.directories_present,
+            directories_missing: c.stats.directories_missing,
+            files_listed: c.stats.files_listed,
+            files_merged: c.stats.files_merged + c.stats.files_skipped,
+            files_skipped: c.problems.len(),
+            files_pending: c.writers.pending,
+            bytes_read: c.stats.bytes_read,
+            families: families.len(),
+            samples: families.iter().map(|f| f.samples.len()).sum(),
+            writers_live: c.writers.writers[0],
+            writers_dead: c.writers.writers[1],
+            writers_unknown: c.writers.writers[2],
+            problems: c
+                .problems
+                .iter()
+                .map(|p| ProblemJson {
+                    path: p.path.display().to_string(),
+                    reason: p.reason.label(),
+                    message: p.reason.to_string(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The history and the last collection, updated by every collection.
+#[derive(Debug, Default)]
+pub(crate) struct Insight {
+    history: Mutex<History>,
+    last: Mutex<Option<LastCollection>>,
+}
+
+/// Seconds since the Unix epoch.
+pub(crate) fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+impl Insight {
+    /// Records a collection: its curated numbers and its status.
+    pub(crate) fn record(&self, point: Point, last: LastCollection) {
+        self.history
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .record(point);
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(last);
+    }
+
+    /// The summary of the history.
+    pub(crate) fn summary(&self) -> Summary {
+        self.history
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .summary()
+    }
+
+    /// The last collection's status, if there was one.
+    pub(crate) fn last(&self) -> Option<LastCollection> {
+        self.last.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// A JSON endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Endpoint {
+    /// `/api/v1/snapshot`: the families as typed JSON (`name[]` filters).
+    Snapshot,
+    /// `/api/v1/summary`: the curated vLLM numbers and their history.
+    Summary,
+    /// `/api/v1/status`: the last collection.
+    Status,
+}
+
+impl Endpoint {
+    /// The endpoint at `path`, if any.
+    pub(crate) fn of(path: &str) -> Option<Self> {
+        match path {
+            "/api/v1/snapshot" => Some(Self::Snapshot),
+            "/api/v1/summary" => Some(Self::Summary),
+            "/api/v1/status" => Some(Self::Status),
+            _ => None,
+        }
+    }
+}
+
+/// The JSON body of `endpoint`, for a collection that served `families`.
+pub(crate) fn answer(
+    endpoint: Endpoint,
+    families: &[MetricFamily],
+    insight: &Insight,
+    dirs: &[std::path::PathBuf],
+    query: Option<&str>,
+) -> Vec<u8> {
+    let value = match endpoint {
+        Endpoint::Snapshot => {
+            let restricted;
+            let families = match name_params(query) {
+                Some(names) => {
+                    restricted = restrict(families, &names);
+                    &restricted[..]
+                }
+                None => families,
+            };
+            let mut snapshot = json::snapshot(families);
+            if let Some(object) = snapshot.as_object_mut() {
+                let at = insight.last().map(|l| l.at);
+                object.insert("at".to_owned(), serde_json::json!(at));
+            }
+            snapshot
+        }
+        Endpoint::Summary => serde_json::to_value(insight.summary()).unwrap_or_default(),
+        Endpoint::Status => serde_json::json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "directories": dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>(),
+            "last": insight.last(),
+        }),
+    };
+    let mut body = value.to_string().into_bytes();
+    body.push(b'\n');
+    body
+}
