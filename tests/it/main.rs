@@ -46,3 +46,4 @@ mod ray_agent;
 mod ray_dashboard;
 mod rules_and_dashboards;
 mod status;
+mod status_page;

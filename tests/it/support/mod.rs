@@ -11,6 +11,7 @@
 //! the benches ([`fixture`]) and the fuzz targets ([`fuzz_harness`]).
 #![allow(dead_code)]
 
+pub(crate) mod browser;
 pub(crate) mod compare;
 pub(crate) mod exposition;
 pub(crate) mod monitoring;
