@@ -18,8 +18,10 @@
   built without Kubernetes discovery), and the discovery block itself against
   the fields and meta labels Prometheus documents for `role: pod`.
 * deploy/Dockerfile: hadolint, and consistency with the repository (binary
-  name, port, user, Rust version, build context after .dockerignore; with
-  --cargo-check, `cargo check` of exactly that context).
+  name, port, user, Rust version, base images as the build arguments
+  BUILD_IMAGE and RUNTIME_IMAGE defaulting to the public images, build
+  context after .dockerignore; with --cargo-check, `cargo check` of exactly
+  that context).
 * Documentation: every `kubectl apply -k`/`kubectl kustomize` path in the docs
   renders, every YAML block parses, and Kubernetes objects in them validate.
 
@@ -541,7 +543,17 @@ def check_dockerfile(hadolint, help_text, cargo_check):
     instructions = dockerfile_instructions(dockerfile.read_text())
     cargo = tomllib.loads((ROOT / "Cargo.toml").read_text())
     binary = cargo["bin"][0]["name"]
-    froms = [rest for kw, rest in instructions if kw == "FROM"]
+    # The base images are global build arguments (scripts/test-image builds
+    # from locally made bases): check their defaults, the public images.
+    first_from = next(i for i, (kw, _) in enumerate(instructions) if kw == "FROM")
+    defaults = {}
+    for kw, rest in instructions[:first_from]:
+        if kw == "ARG" and "=" in rest:
+            name, value = rest.split("=", 1)
+            defaults[name] = re.sub(r"\$\{(\w+)\}", lambda m: defaults.get(m.group(1), m.group(0)), value)
+    raw_froms = [rest for kw, rest in instructions if kw == "FROM"]
+    ensure(raw_froms[0].startswith("${BUILD_IMAGE} ") and raw_froms[-1] == "${RUNTIME_IMAGE}", f"base images are the build arguments BUILD_IMAGE and RUNTIME_IMAGE: {raw_froms}")
+    froms = [re.sub(r"\$\{(\w+)\}", lambda m: defaults.get(m.group(1), m.group(0)), rest) for rest in raw_froms]
     ensure(len(froms) >= 2, "a multi-stage build")
     ensure(froms[-1].startswith("gcr.io/distroless/") and froms[-1].endswith(":nonroot"), "the final stage is distroless :nonroot")
     ensure(re.search(r"bookworm", froms[0]), "the build stage is Debian bookworm (the runtime's glibc)")
