@@ -4,7 +4,8 @@
 //! * [`ServeSettings`]: what it serves and how, validated by the command line
 //!   (`crate::cli`, whose flags `docs/configuration.md` lists).
 //! * [`app`]: the axum [`Router`] (testable with `tower::ServiceExt::oneshot`):
-//!   the metrics path, `/-/healthy`, `/-/ready` and an HTML landing page at `/`.
+//!   the metrics path, `/-/healthy`, `/-/ready`, the status page at `/`
+//!   (`status_page`) and the JSON API under `/api/v1/` (`api`).
 //! * [`run`]: binds every listen address, starts the watcher (`watch`) and
 //!   serves until SIGTERM or SIGINT, then shuts down gracefully (in-flight
 //!   scrapes finish). Scrapes go through [`crate::pipeline`] (`scrape`, which
@@ -268,7 +269,7 @@ async fn ready(State(state): State<AppState>) -> Response {
     }
 }
 
-/// The metrics path and the landing page; anything else is 404.
+/// The metrics path, the status page and the JSON API; anything else is 404.
 async fn dispatch(
     State(state): State<AppState>,
     method: Method,
