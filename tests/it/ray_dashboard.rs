@@ -120,19 +120,31 @@ fn metric_names_are_found_in_expressions() {
     );
 }
 
-/// Waits until the current minute has started after Prometheus had two
-/// scrapes of the writers: the dashboard's `[24h:1m]` subquery evaluates at
-/// whole minutes, and needs a rate there.
-fn wait_for_a_whole_minute_with_data(since: SystemTime) {
-    let first = since.duration_since(UNIX_EPOCH).unwrap().as_secs() + 3;
-    loop {
-        let now = SystemTime::now()
+/// Waits until Prometheus has two scrapes of every writer's series, then
+/// until the next whole minute: the dashboard's `[24h:1m]` subquery
+/// evaluates at whole minutes and needs a rate there. (Regression: waiting
+/// from the exporter's start was not enough when Prometheus's first scrapes
+/// came late on a loaded machine.)
+fn wait_for_a_whole_minute_with_data(prometheus: &Prometheus) {
+    eventually(
+        "two scrapes of the writers",
+        Duration::from_secs(60),
+        || match prometheus
+            .query("min(count_over_time(ray_vllm_generation_tokens_total[10m]))")?
+            .first()
+        {
+            Some((_, count)) if *count >= 2.0 => Ok(()),
+            other => Err(format!("not two scrapes yet: {other:?}")),
+        },
+    );
+    let now = || {
+        SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap()
-            .as_secs();
-        if now - now % 60 >= first {
-            return;
-        }
+            .as_secs_f64()
+    };
+    let ready = now();
+    while (now() / 60.0).floor() * 60.0 <= ready {
         std::thread::sleep(Duration::from_millis(500));
     }
 }
@@ -171,7 +183,6 @@ fn ray_serve_llm_dashboard_queries_return_data_per_worker() {
         "--config",
         config.to_str().unwrap(),
     ]);
-    let started = SystemTime::now();
     let prometheus = Prometheus::start(
         &prometheus_bin,
         work.path(),
@@ -251,7 +262,7 @@ fn ray_serve_llm_dashboard_queries_return_data_per_worker() {
         "names the dashboard queries that vLLM 0.33.0 does not have under Ray's names"
     );
 
-    wait_for_a_whole_minute_with_data(started);
+    wait_for_a_whole_minute_with_data(&prometheus);
     let deadline = Instant::now() + Duration::from_secs(40);
     let mut per_worker = 0;
     for query in &queries {
