@@ -27,7 +27,9 @@ processes of ~386 series, plus a high-churn directory with many dead processes' 
 5. repeats the in-process timings while Python writer processes increment counters, set
    gauges and observe histograms at a high rate (``--writers``, ``--writer-rate``);
 6. writes ``results.json``, ``results.md`` and ``scaling.svg`` (log-log scrape time against
-   processes x series) into ``--out`` and prints the tables and the issue-4 targets.
+   processes x series) into ``--out`` and prints the tables and the targets of issues 4 and 16
+   (HTTP against Python's in-process merge, resident memory split into anonymous and
+   metric-file maps, 4,096 processes, 10,000 dead writers, 500,000 series in one file).
 
 ``--quick`` checks equality (in-process and HTTP) at 16 processes with few iterations and
 asserts that the exporter is faster than Python; it exits non-zero on any failure and ends
@@ -77,6 +79,42 @@ def vm_hwm_kib(pid="self"):
     except OSError:
         pass
     return None
+
+
+def process_memory(pid, directory):
+    """Resident memory of a server, KiB: anonymous (heap), file-backed in all, and the part of
+    it that maps files of `directory` (the metric files), from /proc/PID/status and smaps."""
+    out = {"rss_anon_kib": None, "rss_file_kib": None, "metric_files_kib": 0}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                out["rss_anon_kib"] = int(line.split()[1])
+            elif line.startswith("RssFile:"):
+                out["rss_file_kib"] = int(line.split()[1])
+    prefix = os.path.realpath(directory) + os.sep
+    in_dir = False
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            fields = line.split()
+            if fields and "-" in fields[0] and not fields[0].endswith(":"):
+                in_dir = len(fields) >= 6 and fields[5].startswith(prefix)
+            elif in_dir and fields[0] == "Rss:":
+                out["metric_files_kib"] += int(fields[1])
+    return out
+
+
+def used_bytes(directory):
+    """The `used` bytes of every .db file, and the same rounded up to whole 4 KiB pages."""
+    used = pages = 0
+    for name in os.listdir(directory):
+        if name.endswith(".db"):
+            with open(os.path.join(directory, name), "rb") as f:
+                head = f.read(4)
+            if len(head) == 4:
+                n = int.from_bytes(head, "little")
+                used += n
+                pages += (n + 4095) // 4096 * 4096
+    return {"used_bytes": used, "used_page_bytes": pages}
 
 
 def cpu_seconds(pid):
@@ -435,6 +473,8 @@ def measure_case(tools, args, label, processes, dead, workdir, membw):
                     http[f"{name}_c{concurrency}"] = http_load(tools, proc, port, concurrency, budget[0],
                                                                budget[1])
                 http[f"{name}_vm_hwm_kib"] = vm_hwm_kib(proc.pid)
+                http[f"{name}_memory"] = process_memory(proc.pid, directory)
+            http["directory_used"] = used_bytes(directory)
             case["http"] = http
         finally:
             for proc, _ in servers.values():
@@ -527,7 +567,10 @@ def measure_cardinality(tools, n, workdir):
     os.makedirs(directory)
     subprocess.run(tools.py_child("_py_write_series", directory, n), check=True)
     py_out, rs_out = os.path.join(workdir, "card_python.txt"), os.path.join(workdir, "card_dump.txt")
-    py_s, py_kib = run_with_peak(tools.py_child("_py_inproc", directory, 0, 0, py_out), os.devnull)
+    py_json = os.path.join(workdir, "card_python.json")
+    py_s, py_kib = run_with_peak(tools.py_child("_py_inproc", directory, 0, 0, py_out), py_json)
+    with open(py_json) as f:
+        py_merge_s = json.loads(f.read().strip().splitlines()[-1])["cold_ms"] / 1e3
     rs_s, rs_kib = run_with_peak([tools.exporter, "dump", "--dir", directory], rs_out)
     with open(py_out, "rb") as f:
         py = f.read()
@@ -535,7 +578,7 @@ def measure_cardinality(tools, n, workdir):
         rs = f.read()
     result = {"series": n, "file_bytes": sum(os.path.getsize(os.path.join(directory, f)) for f in os.listdir(directory)),
               "equal": py == rs, "problems": [] if py == rs else [first_difference(py, rs)],
-              "python": {"seconds": py_s, "peak_mib": py_kib / 1024},
+              "python": {"seconds": py_s, "merge_seconds": py_merge_s, "peak_mib": py_kib / 1024},
               "dump": {"seconds": rs_s, "peak_mib": rs_kib / 1024}}
     port = free_port()
     proc = subprocess.Popen([tools.exporter, "serve", "--dir", directory, "--web.listen-address", f"127.0.0.1:{port}",
@@ -553,13 +596,20 @@ def measure_cardinality(tools, n, workdir):
         scrape()
         first_s = time.perf_counter() - t
         anon = rss_anon_kib(proc.pid)
+        steady = []
+        for _ in range(5):
+            t = time.perf_counter()
+            scrape()
+            steady.append(time.perf_counter() - t)
+        steady_s = sorted(steady)[len(steady) // 2]
         threads = [threading.Thread(target=scrape) for _ in range(8)]
         t = time.perf_counter()
         for th in threads:
             th.start()
         for th in threads:
             th.join()
-        result["serve"] = {"first_scrape_seconds": first_s, "heap_resident_mib": anon / 1024,
+        result["serve"] = {"first_scrape_seconds": first_s, "steady_scrape_seconds": steady_s,
+                           "heap_resident_mib": anon / 1024,
                            "heap_bytes_per_series": anon * 1024 / n,
                            "eight_concurrent_seconds": time.perf_counter() - t,
                            "peak_mib": vm_hwm_kib(proc.pid) / 1024}
@@ -591,13 +641,17 @@ def fmt_ratio(a, b):
 def cardinality_table(card):
     out = [f"### High cardinality: one writer, {card['series']:,} series ({card['file_bytes'] / 2**20:.0f} MiB file)\n",
            "| | seconds | peak MiB |", "|---|---|---|",
-           f"| Python: `MultiProcessCollector` + `generate_latest` | {card['python']['seconds']:.2f} "
+           f"| Python: `MultiProcessCollector` + `generate_latest` (process, of which the merge) "
+           f"| {card['python']['seconds']:.2f} ({card['python'].get('merge_seconds', 0):.2f}) "
            f"| {card['python']['peak_mib']:.0f} |",
            f"| exporter: `dump` | {card['dump']['seconds']:.2f} | {card['dump']['peak_mib']:.0f} |"]
     if "serve" in card:
         sv = card["serve"]
         out.append(f"| exporter: `serve`, first scrape, then 8 concurrent | {sv['first_scrape_seconds']:.2f}, "
                    f"{sv['eight_concurrent_seconds']:.2f} | {sv['peak_mib']:.0f} |")
+        if "steady_scrape_seconds" in sv:
+            out.append(f"| exporter: `serve`, a later scrape over HTTP (median of 5) "
+                       f"| {sv['steady_scrape_seconds']:.3f} | |")
         out.append(f"\nHeap resident after the first scrape: {sv['heap_resident_mib']:.0f} MiB "
                    f"({sv['heap_bytes_per_series']:.0f} B per series).\n")
     return "\n".join(out) + "\n"
@@ -663,6 +717,23 @@ def tables(results):
                         f"| {ratio_lat} | {ratio_cpu} "
                         f"| {fmt_ms(r.get('client_cpu_s', 0) * 1e3 / max(1, r['requests']))} |")
         out.append("")
+        out.append("### Resident memory of the servers after the HTTP runs\n")
+        out.append("Anonymous is the heap; \"metric files\" is the part of the file-backed memory that maps "
+                   "the directory's files (the rest is the binary and libraries). Used: the files' `used` bytes, "
+                   "and the same rounded up to whole 4 KiB pages.\n")
+        out.append("| directory | used MiB | used, whole pages MiB | exporter anonymous MiB | exporter metric files MiB "
+                   "| exporter file-backed in all MiB | Python RSS MiB |")
+        out.append("|---|---|---|---|---|---|---|")
+        for c in results["cases"]:
+            h = c.get("http")
+            if not h or "exporter_memory" not in h:
+                continue
+            em, pm, u = h["exporter_memory"], h.get("python_memory") or {}, h["directory_used"]
+            py_rss = ((pm.get("rss_anon_kib") or 0) + (pm.get("rss_file_kib") or 0)) / 1024
+            out.append(f"| {c['label']} | {u['used_bytes'] / 2**20:.1f} | {u['used_page_bytes'] / 2**20:.1f} "
+                       f"| {em['rss_anon_kib'] / 1024:.1f} | {em['metric_files_kib'] / 1024:.1f} "
+                       f"| {em['rss_file_kib'] / 1024:.1f} | {py_rss:.1f} |")
+        out.append("")
     if results.get("writers"):
         out.append("### With writers active (Python processes writing while scraping)\n")
         out.append("| directory | writers | achieved ops/s | Python idle ms | Python active ms | exporter idle ms "
@@ -726,6 +797,36 @@ def targets(results):
             spread = max(per) / min(per)
             add("cost grows linearly with processes x series (max/min cost per entry <= 2)",
                 spread <= 2, detail)
+    # Issue 16.
+    for label, factor in (("1024", 200), ("16", 100)):
+        c = by.get(label)
+        if c and c.get("http"):
+            py = c["python"]["scrape_ms"]["p50"]
+            rs = c["http"]["exporter_c1"]["latency_ms"]["p50"]
+            add(f"{label} processes: one HTTP scrape (gzip) >= {factor}x prometheus_client's in-process merge",
+                py / rs >= factor, f"{py:.1f} ms vs {rs:.3f} ms = {py / rs:.0f}x")
+    c = by.get("1024")
+    if c and c.get("floor_ms"):
+        rs = c["exporter"]["scrape_ms"]["p50"]
+        add("1,024 processes: in-process scrape <= 1.5x streaming the used bytes once",
+            rs / c["floor_ms"] <= 1.5, f"{rs:.2f} ms vs floor {c['floor_ms']:.2f} ms = {rs / c['floor_ms']:.2f}x")
+    if c and c.get("http", {}).get("exporter_memory"):
+        em, u = c["http"]["exporter_memory"], c["http"]["directory_used"]
+        add("1,024 processes: anonymous RSS <= 32 MiB", em["rss_anon_kib"] <= 32 * 1024,
+            f"{em['rss_anon_kib'] / 1024:.1f} MiB")
+        add("1,024 processes: file-backed memory of the metric files <= their used bytes (in whole pages)",
+            em["metric_files_kib"] * 1024 <= u["used_page_bytes"],
+            f"{em['metric_files_kib'] / 1024:.1f} MiB resident; used {u['used_bytes'] / 2**20:.1f} MiB, "
+            f"{u['used_page_bytes'] / 2**20:.1f} MiB in whole pages")
+    card = results.get("cardinality")
+    if card and "serve" in card and card["python"].get("merge_seconds"):
+        py, rs = card["python"]["merge_seconds"], card["serve"]["steady_scrape_seconds"]
+        add(f"{card['series']:,} series in one file: a scrape >= 50x faster than prometheus_client",
+            py / rs >= 50, f"{py:.2f} s vs {rs:.3f} s = {py / rs:.0f}x")
+        add(f"{card['series']:,} series in one file: peak memory below prometheus_client's",
+            card["serve"]["peak_mib"] < card["python"]["peak_mib"],
+            f"serve {card['serve']['peak_mib']:.0f} MiB (8 concurrent scrapes), dump "
+            f"{card['dump']['peak_mib']:.0f} MiB, Python {card['python']['peak_mib']:.0f} MiB")
     no_json = all(c["exporter"]["steady_keys_decoded_max"] == 0 and c["exporter"]["steady_replanned"] == 0
                   for c in results["cases"] if "exporter" in c)
     add("unchanged directory: no JSON parsing (no key decoded, no re-plan)", no_json,
@@ -747,6 +848,9 @@ def svg_plot(results, path):
          [(c["fixture"]["records"], c["exporter"]["cold_ms"]) for c in cases]),
         ("multiproc-exporter, steady state (warm reader)", "#1f77b4", "circle",
          [(c["fixture"]["records"], c["exporter"]["scrape_ms"]["p50"]) for c in cases]),
+        ("multiproc-exporter over HTTP (gzip, p50 at concurrency 1)", "#17becf", "square",
+         [(c["fixture"]["records"], c["http"]["exporter_c1"]["latency_ms"]["p50"]) for c in cases
+          if "exporter_c1" in c.get("http", {})]),
         ("list + open + pread every file, nothing else", "#7f7f7f", "diamond",
          [(c["fixture"]["records"], c["read_floor"]["read_ms"]["p50"]) for c in cases if "read_floor" in c]),
         ("pread every file through descriptors kept open", "#9467bd", "diamond",
@@ -834,9 +938,10 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true",
                    help="CI smoke test: 16 processes, few iterations, debug build; assert equality and speed")
-    p.add_argument("--sizes", default=None, help="live process counts (default 1,16,64,256,1024; quick: 16)")
-    p.add_argument("--churn", default="16:1024",
-                   help="LIVE:DEAD of the high-churn directory (default 16:1024)")
+    p.add_argument("--sizes", default=None,
+                   help="live process counts (default 1,16,64,256,1024,4096; quick: 16)")
+    p.add_argument("--churn", default="16:1024,16:10000",
+                   help="LIVE:DEAD of the high-churn directories, comma-separated (default 16:1024,16:10000)")
     p.add_argument("--no-churn", action="store_true", help="skip the high-churn directory")
     p.add_argument("--profile", default=None, help="cargo profile of the binaries: release (default) or debug "
                                                   "(default with --quick)")
@@ -856,7 +961,7 @@ def parse_args(argv):
     args = p.parse_args(argv)
     quick = args.quick
     args.profile = args.profile or ("debug" if quick else "release")
-    args.sizes = [int(s) for s in (args.sizes or ("16" if quick else "1,16,64,256,1024")).split(",") if s]
+    args.sizes = [int(s) for s in (args.sizes or ("16" if quick else "1,16,64,256,1024,4096")).split(",") if s]
     args.writer_sizes = [int(s) for s in args.writer_sizes.split(",") if s]
     if args.cardinality is None:
         args.cardinality = 20000 if quick else 500000
@@ -911,8 +1016,9 @@ def main(argv):
             results["membw"] = run_json([tools.bench, "--membw", "--mib", "64"])
         cases = [(str(n), n, 0) for n in args.sizes]
         if not args.no_churn:
-            live, dead = (int(x) for x in args.churn.split(":"))
-            cases.append((f"churn_{live}+{dead}dead", live, dead))
+            for spec in args.churn.split(","):
+                live, dead = (int(x) for x in spec.split(":"))
+                cases.append((f"churn_{live}+{dead}dead", live, dead))
         results["cases"] = []
         for label, processes, dead in cases:
             c = measure_case(tools, args, label, processes, dead, workdir, results["membw"])
@@ -954,7 +1060,7 @@ def main(argv):
     table = tables(results)
     print(table)
     if results.get("targets"):
-        print("### Targets (issue 4)\n")
+        print("### Targets (issues 4 and 16)\n")
         for t in results["targets"]:
             print(f"- [{'met' if t['met'] else 'NOT met'}] {t['target']}: {t['detail']}")
         print()
@@ -974,7 +1080,7 @@ def main(argv):
                     f"\n\n")
             f.write(table + "\n")
             if results.get("targets"):
-                f.write("### Targets (issue 4)\n\n")
+                f.write("### Targets (issues 4 and 16)\n\n")
                 for t in results["targets"]:
                     f.write(f"- [{'met' if t['met'] else 'NOT met'}] {t['target']}: {t['detail']}\n")
         svg_plot(results, os.path.join(args.out, "scaling.svg"))

@@ -55,6 +55,22 @@ pub fn encode(families: &[MetricFamily], format: Format, escaping: Escaping) -> 
     out.into_bytes()
 }
 
+/// Appends the encoding of one family to `out` (what [`encode_into`] writes
+/// for it; [`encode_end`] closes the body).
+pub fn encode_family(out: &mut String, family: &MetricFamily, format: Format, escaping: Escaping) {
+    match format {
+        Format::Text => encode_text_family(out, family, escaping),
+        Format::OpenMetrics => encode_openmetrics_family(out, family, escaping),
+    }
+}
+
+/// Appends what ends a body after its families (`# EOF` in OpenMetrics).
+pub fn encode_end(out: &mut String, format: Format) {
+    if format == Format::OpenMetrics {
+        out.push_str("# EOF\n");
+    }
+}
+
 /// Appends the encoding of `families` to `out`.
 pub fn encode_into(
     out: &mut String,
@@ -62,19 +78,10 @@ pub fn encode_into(
     format: Format,
     escaping: Escaping,
 ) {
-    match format {
-        Format::Text => {
-            for family in families {
-                encode_text_family(out, family, escaping);
-            }
-        }
-        Format::OpenMetrics => {
-            for family in families {
-                encode_openmetrics_family(out, family, escaping);
-            }
-            out.push_str("# EOF\n");
-        }
+    for family in families {
+        encode_family(out, family, format, escaping);
     }
+    encode_end(out, format);
 }
 
 fn encode_text_family(out: &mut String, family: &MetricFamily, escaping: Escaping) {

@@ -1,8 +1,10 @@
 //! Exposing merged families: the exact bytes of prometheus_client's text and
 //! OpenMetrics encoders ([`encode`]), HTTP content negotiation as
 //! prometheus_client does it ([`negotiate`]), and the families as typed JSON
-//! ([`json`]). No I/O.
+//! ([`json`]), re-encoding only what changed since the last body
+//! ([`memo`]). No I/O.
 
 pub mod encode;
 pub mod json;
+pub mod memo;
 pub mod negotiate;

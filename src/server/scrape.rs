@@ -22,6 +22,7 @@ use std::collections::HashSet;
 use std::io::Write as _;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
 use flate2::write::GzEncoder;
@@ -29,6 +30,7 @@ use flate2::Compression;
 use std::time::Instant;
 
 use crate::expose::encode::{Escaping, Format};
+use crate::expose::memo::EncodeMemo;
 use crate::insight::Point;
 use crate::model::MetricFamily;
 use crate::pipeline::{self, Gathered, Source};
@@ -51,6 +53,12 @@ pub(crate) struct Scraper {
     bodies: Mutex<Bodies>,
     finished: Condvar,
     rechecks: Mutex<Rechecks>,
+    /// What the last bodies' encodings left to reuse, by format and escaping
+    /// (for requests without `?name[]=`).
+    memos: Mutex<Vec<EncodeMemo>>,
+    /// How long the last scrape took to collect and encode, in nanoseconds
+    /// (0 before the first).
+    last_render_nanos: AtomicU64,
     /// The curated history and the last collection's status.
     insight: Insight,
 }
@@ -74,8 +82,26 @@ struct InFlight {
     generation: u64,
     /// The last result, while a scrape still uses it (the scrapes that
     /// joined the collection take it from here).
-    last: std::sync::Weak<Vec<MetricFamily>>,
+    last: std::sync::Weak<Served>,
 }
+
+/// What one collection serves: the merged (and transformed) families, then
+/// the exporter's own.
+#[derive(Debug, Default)]
+pub(crate) struct Served {
+    /// Every family, as `/metrics` serves them.
+    pub(crate) families: Vec<MetricFamily>,
+    /// How many of them come from the metric files (the rest are the
+    /// exporter's own, which change with every scrape).
+    pub(crate) merged: usize,
+}
+
+/// Scrapes faster than this run on the async worker ([`Scraper::is_quick`]).
+const QUICK_SCRAPE: std::time::Duration = std::time::Duration::from_micros(500);
+
+/// Bytes of encoded text each [`EncodeMemo`] may keep (a body this large
+/// is encoded in full every time, as without a memo).
+const MEMO_MAX_BYTES: usize = 16 << 20;
 
 /// The bodies being encoded or sent for the current collection, by request.
 #[derive(Debug, Default)]
@@ -169,6 +195,8 @@ impl Scraper {
             bodies: Mutex::new(Bodies::default()),
             finished: Condvar::new(),
             rechecks: Mutex::new(Rechecks::default()),
+            memos: Mutex::new(Vec::new()),
+            last_render_nanos: AtomicU64::new(0),
             insight: Insight::default(),
         }
     }
@@ -207,7 +235,8 @@ impl Scraper {
         config: &Config,
         self_metrics: Option<&SelfMetrics>,
     ) -> SharedBody {
-        let (generation, families) = self.coalesced(|| self.collect(config, self_metrics));
+        let start = Instant::now();
+        let (generation, served) = self.coalesced(|| self.collect(config, self_metrics));
         let key = BodyKey {
             format: request.format,
             escaping: request.escaping,
@@ -233,34 +262,79 @@ impl Scraper {
             })
         };
         // The first scrape encodes; the others with the same key wait for it.
-        cell.get_or_init(|| {
+        cell.get_or_init(|| self.encode(request, &served));
+        let nanos = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.last_render_nanos
+            .store(nanos.max(1), Ordering::Relaxed);
+        SharedBody(cell)
+    }
+
+    /// Whether the next scrape may run on the async worker itself, saving
+    /// the two thread switches of a hand-over to the blocking pool: the last
+    /// scrape took less than [`QUICK_SCRAPE`] and no collection is in
+    /// flight (a scrape that would wait for one is handed over). A directory
+    /// that grows between two scrapes costs at most one slow scrape on a
+    /// worker; the next one is handed over again.
+    pub(crate) fn is_quick(&self) -> bool {
+        let nanos = self.last_render_nanos.load(Ordering::Relaxed);
+        nanos > 0
+            && nanos < QUICK_SCRAPE.as_nanos() as u64
+            && !self
+                .in_flight
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .running
+    }
+
+    /// Encodes (and gzips, if asked) a collection's body for `request`.
+    fn encode(&self, request: &Request, served: &Served) -> Rendered {
+        if request.names.is_some() {
             let body = pipeline::render(
-                &families,
+                &served.families,
                 request.names.as_deref(),
                 request.format,
                 request.escaping,
             );
-            drop(families);
-            if request.gzip {
-                match gzip_bytes(&body) {
-                    Ok(body) => return Rendered { body, gzipped: true },
-                    Err(e) => {
-                        tracing::error!(error = %e, "Cannot gzip the response; sending it uncompressed.");
-                    }
+            return if request.gzip {
+                let gzipped = gzip_bytes(&body);
+                gzipped_or_plain(body, gzipped)
+            } else {
+                Rendered {
+                    body,
+                    gzipped: false,
                 }
+            };
+        }
+        let mut memos = self.memos.lock().unwrap_or_else(|e| e.into_inner());
+        let wanted = (request.format, request.escaping);
+        let at = match memos.iter().position(|m| m.encodes() == wanted) {
+            Some(at) => at,
+            None => {
+                memos.push(EncodeMemo::new(
+                    request.format,
+                    request.escaping,
+                    MEMO_MAX_BYTES,
+                ));
+                memos.len() - 1
             }
+        };
+        let memo = &mut memos[at];
+        let encoded = memo.encode(&served.families, served.merged);
+        if request.gzip {
+            let gzipped = memo.gzip(&encoded);
+            gzipped_or_plain(encoded.body, gzipped)
+        } else {
             Rendered {
-                body,
+                body: encoded.body,
                 gzipped: false,
             }
-        });
-        SharedBody(cell)
+        }
     }
 
     /// Runs `collect`, unless a collection is already in flight: then waits
     /// for it and returns its result (or, when every scrape is already done
     /// with it, runs another). Returns the collection's generation too.
-    fn coalesced(&self, collect: impl Fn() -> Vec<MetricFamily>) -> (u64, Arc<Vec<MetricFamily>>) {
+    fn coalesced(&self, collect: impl Fn() -> Served) -> (u64, Arc<Served>) {
         let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if !in_flight.running {
@@ -283,7 +357,7 @@ impl Scraper {
         // Never leave `running` set: a panic (a bug) yields an empty result.
         let result = Arc::new(catch_unwind(AssertUnwindSafe(collect)).unwrap_or_else(|_| {
             tracing::error!("A collection panicked (a bug); serving nothing this time.");
-            Vec::new()
+            Served::default()
         }));
         let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
         in_flight.running = false;
@@ -297,7 +371,7 @@ impl Scraper {
 
     /// Reads and merges the directories, applies the configuration and adds
     /// the self-metrics.
-    fn collect(&self, config: &Config, self_metrics: Option<&SelfMetrics>) -> Vec<MetricFamily> {
+    fn collect(&self, config: &Config, self_metrics: Option<&SelfMetrics>) -> Served {
         let mut state = self.lock();
         let state = &mut *state;
         let start = Instant::now();
@@ -337,12 +411,13 @@ impl Scraper {
             self_metrics,
         );
         state.reporter.collisions(&collisions);
+        let merged = families.len();
         if let Some(m) = self_metrics {
             let (own, clashes) = self_metrics::without_clashes(m.families(), &families);
             state.reporter.self_metric_clashes(&clashes);
             families.extend(own);
         }
-        families
+        Served { families, merged }
     }
 
     /// The families of a collection (run now, or joined if one is in
@@ -351,7 +426,7 @@ impl Scraper {
         &self,
         config: &Config,
         self_metrics: Option<&SelfMetrics>,
-    ) -> Arc<Vec<MetricFamily>> {
+    ) -> Arc<Served> {
         self.coalesced(|| self.collect(config, self_metrics)).1
     }
 
@@ -368,6 +443,23 @@ impl Scraper {
     /// Whether at least one directory exists now.
     pub(crate) fn any_directory_exists(&self) -> bool {
         self.inputs.iter().any(|i| i.path().is_dir())
+    }
+}
+
+/// The gzipped body, or `body` as it is if gzip failed (logged).
+fn gzipped_or_plain(body: Vec<u8>, gzipped: std::io::Result<Vec<u8>>) -> Rendered {
+    match gzipped {
+        Ok(body) => Rendered {
+            body,
+            gzipped: true,
+        },
+        Err(e) => {
+            tracing::error!(error = %e, "Cannot gzip the response; sending it uncompressed.");
+            Rendered {
+                body,
+                gzipped: false,
+            }
+        }
     }
 }
 
