@@ -1189,7 +1189,10 @@ pub fn exposition_parser(data: &[u8]) {
         for sample in &family.samples {
             assert!(is_legacy_metric_name(&sample.name), "{}", sample.name);
             for (name, _) in sample.labels.iter() {
-                assert!(is_legacy_label_name(name) || name.starts_with("__"), "{name}");
+                assert!(
+                    is_legacy_label_name(name) || name.starts_with("__"),
+                    "{name}"
+                );
             }
         }
     }

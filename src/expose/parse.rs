@@ -81,7 +81,10 @@ impl std::error::Error for ParseError {}
 /// Parses `body` in `format` into families, in the order they appear.
 pub fn parse(body: &[u8], format: ExpositionFormat) -> Result<Vec<MetricFamily>, ParseError> {
     let text = std::str::from_utf8(body).map_err(|e| ParseError {
-        line: 1 + body[..e.valid_up_to()].iter().filter(|&&b| b == b'\n').count(),
+        line: 1 + body[..e.valid_up_to()]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count(),
         message: "not UTF-8".to_owned(),
     })?;
     let mut parser = Parser {
@@ -167,7 +170,9 @@ impl Parser {
     }
 
     fn comment(&mut self, comment: &str) -> Result<(), String> {
-        let mut words = comment.trim_start_matches([' ', '\t']).splitn(2, [' ', '\t']);
+        let mut words = comment
+            .trim_start_matches([' ', '\t'])
+            .splitn(2, [' ', '\t']);
         let keyword = words.next().unwrap_or("");
         let rest = words.next().unwrap_or("");
         let om = self.format == ExpositionFormat::OpenMetrics;

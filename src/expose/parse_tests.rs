@@ -64,7 +64,10 @@ fn python_text_round_trips_byte_for_byte() {
     let families = text(PYTHON_TEXT);
     assert_eq!(&*families[0].name, "requests");
     assert_eq!(families[0].metric_type, MetricType::Counter);
-    assert_eq!(&*families[0].help, "Requests \"served\" \\ with a\nnewline.");
+    assert_eq!(
+        &*families[0].help,
+        "Requests \"served\" \\ with a\nnewline."
+    );
     assert_eq!(
         families[0].samples[0].labels.get("path"),
         Some("/a\"b\\c\nd")
@@ -167,7 +170,10 @@ fn counters_without_total_and_stray_samples() {
 #[test]
 fn malformed_bodies_are_errors() {
     for (body, format) in [
-        ("# TYPE a counter\na_total 1\n", ExpositionFormat::OpenMetrics),
+        (
+            "# TYPE a counter\na_total 1\n",
+            ExpositionFormat::OpenMetrics,
+        ),
         ("a 1\n# EOF\nb 1\n", ExpositionFormat::OpenMetrics),
         ("a 1\n\n# EOF\n", ExpositionFormat::OpenMetrics),
         ("a{x=\"1\",x=\"2\"} 1\n", ExpositionFormat::Text),
@@ -197,7 +203,16 @@ fn malformed_bodies_are_errors() {
 fn values_parse_to_the_nearest_float() {
     let families = text("a 0.1\nb 1e3\nc +Inf\nd -inf\ne 9007199254740993\n");
     let values: Vec<f64> = families.iter().map(|f| f.samples[0].value).collect();
-    assert_eq!(values, [0.1, 1000.0, f64::INFINITY, f64::NEG_INFINITY, 9007199254740992.0]);
+    assert_eq!(
+        values,
+        [
+            0.1,
+            1000.0,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            9007199254740992.0
+        ]
+    );
 }
 
 #[test]

@@ -31,6 +31,7 @@
 pub mod aliases;
 pub mod combine;
 pub mod config;
+pub mod sources;
 
 use std::collections::HashSet;
 use std::sync::Arc;
