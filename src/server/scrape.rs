@@ -13,6 +13,10 @@
 //! cost about one body of memory. Nothing is kept between scrapes: the
 //! families and bodies are held only while a request uses them.
 //!
+//! The configuration's upstreams are fetched while the directory is read
+//! and merged after it ([`crate::server::upstream`]); being part of the
+//! collection, their fetches are shared by coalesced scrapes too.
+//!
 //! Nothing here fails a scrape: a bad file is left out, logged once when it
 //! first turns bad (again only if its reason changes) and counted in the
 //! self-metrics; a panic in the reader (a bug) is caught, logged, and the
@@ -26,7 +30,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
 use flate2::write::GzEncoder;
 use flate2::Compression;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::expose::encode::{Escaping, Format};
 use crate::insight::Point;
@@ -35,6 +39,7 @@ use crate::pipeline::{self, Gathered, Source};
 use crate::server::api::{unix_now, Insight, LastCollection};
 use crate::server::telemetry::events::Reporter;
 use crate::server::telemetry::self_metrics::{self, SelfMetrics};
+use crate::server::upstream::Upstreams;
 use crate::source::link_policy::LinkPolicy;
 use crate::source::writers::WriterPolicy;
 use crate::source::Input;
@@ -53,6 +58,8 @@ pub(crate) struct Scraper {
     rechecks: Mutex<Rechecks>,
     /// The curated history and the last collection's status.
     insight: Insight,
+    /// The configuration's upstreams: fetched with every collection.
+    upstreams: Upstreams,
 }
 
 /// Files the watcher saw modified since the last collection: their maps are
@@ -141,6 +148,9 @@ pub(crate) struct Request {
     pub(crate) names: Option<Vec<String>>,
     /// Whether the client accepts gzip.
     pub(crate) gzip: bool,
+    /// Prometheus's `X-Prometheus-Scrape-Timeout-Seconds`, if sent: caps
+    /// the upstreams' deadlines.
+    pub(crate) scrape_timeout: Option<Duration>,
 }
 
 impl Scraper {
@@ -170,6 +180,7 @@ impl Scraper {
             finished: Condvar::new(),
             rechecks: Mutex::new(Rechecks::default()),
             insight: Insight::default(),
+            upstreams: Upstreams::default(),
         }
     }
 
@@ -207,7 +218,8 @@ impl Scraper {
         config: &Config,
         self_metrics: Option<&SelfMetrics>,
     ) -> SharedBody {
-        let (generation, families) = self.coalesced(|| self.collect(config, self_metrics));
+        let (generation, families) =
+            self.coalesced(|| self.collect(config, self_metrics, request.scrape_timeout));
         let key = BodyKey {
             format: request.format,
             escaping: request.escaping,
@@ -295,9 +307,16 @@ impl Scraper {
         (generation, result)
     }
 
-    /// Reads and merges the directories, applies the configuration and adds
-    /// the self-metrics.
-    fn collect(&self, config: &Config, self_metrics: Option<&SelfMetrics>) -> Vec<MetricFamily> {
+    /// Reads and merges the directories, fetches the upstreams meanwhile
+    /// and merges them after, applies the configuration and adds the
+    /// self-metrics.
+    fn collect(
+        &self,
+        config: &Config,
+        self_metrics: Option<&SelfMetrics>,
+        scrape_timeout: Option<Duration>,
+    ) -> Vec<MetricFamily> {
+        let pending = self.upstreams.start(&config.upstreams, scrape_timeout);
         let mut state = self.lock();
         let state = &mut *state;
         let start = Instant::now();
@@ -321,6 +340,7 @@ impl Scraper {
             Gathered::default()
         });
         let merged = std::mem::take(&mut gathered.collection.families);
+        let merged = self.upstreams.finish(pending, merged);
         let now = unix_now();
         // vLLM's curated numbers, from vLLM's own names.
         let point = Point::of(&merged, now);
@@ -338,7 +358,9 @@ impl Scraper {
         );
         state.reporter.collisions(&collisions);
         if let Some(m) = self_metrics {
-            let (own, clashes) = self_metrics::without_clashes(m.families(), &families);
+            let mut own = m.families();
+            own.extend(self.upstreams.families());
+            let (own, clashes) = self_metrics::without_clashes(own, &families);
             state.reporter.self_metric_clashes(&clashes);
             families.extend(own);
         }
@@ -352,7 +374,8 @@ impl Scraper {
         config: &Config,
         self_metrics: Option<&SelfMetrics>,
     ) -> Arc<Vec<MetricFamily>> {
-        self.coalesced(|| self.collect(config, self_metrics)).1
+        self.coalesced(|| self.collect(config, self_metrics, None))
+            .1
     }
 
     /// The curated history and the last collection's status.
