@@ -28,8 +28,9 @@
 //!   leading and trailing blanks and comments other than `# HELP`/`# TYPE`
 //!   are ignored.
 //!
-//! Metric and label names must be legacy names (`[a-zA-Z_:][a-zA-Z0-9_:]*`);
-//! quoted UTF-8 names are not parsed (an error).
+//! Metric and label names must be legacy names (`[a-zA-Z_:][a-zA-Z0-9_:]*`,
+//! label names not starting with `__`, which Prometheus reserves); quoted
+//! UTF-8 names are not parsed (an error).
 
 use std::collections::HashSet;
 use std::fmt;
@@ -176,7 +177,8 @@ impl Parser {
         let keyword = words.next().unwrap_or("");
         let rest = words.next().unwrap_or("");
         let om = self.format == ExpositionFormat::OpenMetrics;
-        if !matches!(keyword, "HELP" | "TYPE") && !(om && keyword == "UNIT") {
+        let metadata = matches!(keyword, "HELP" | "TYPE") || (om && keyword == "UNIT");
+        if !metadata {
             return if om {
                 Err(format!("unexpected comment `#{comment}`"))
             } else {
@@ -218,7 +220,7 @@ impl Parser {
                 building.family.metric_type = metric_type;
                 if !om && metric_type == MetricType::Counter {
                     // prometheus_client's text format: `# TYPE x_total counter`.
-                    if let Some(base) = name.strip_suffix("_total") {
+                    if let Some(base) = name.strip_suffix("_total").filter(|b| !b.is_empty()) {
                         building.family.name = base.into();
                     }
                 }
@@ -464,6 +466,11 @@ impl<'a> Cursor<'a> {
             });
             if name.is_empty() {
                 return Err(format!("expected a label name at {:?}", self.rest));
+            }
+            if name.starts_with("__") {
+                return Err(format!(
+                    "label {name}: names starting with `__` are reserved"
+                ));
             }
             if pairs.iter().any(|(n, _)| **n == *name) {
                 return Err(format!("repeated label {name}"));

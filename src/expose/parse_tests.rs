@@ -165,6 +165,10 @@ fn counters_without_total_and_stray_samples() {
     assert_eq!(families[0].metric_type, MetricType::Unknown);
     assert_eq!(&*families[1].name, "stray_bucket");
     assert_eq!(families[1].metric_type, MetricType::Unknown);
+    // `_total` alone is no counter with an empty name.
+    let families = text("# TYPE _total counter\n_total 1\n");
+    assert_eq!(&*families[0].name, "_total");
+    assert_eq!(families[0].metric_type, MetricType::Unknown);
 }
 
 #[test]
@@ -189,6 +193,7 @@ fn malformed_bodies_are_errors() {
         ("<html>", ExpositionFormat::Text),
         ("{a=\"1\"} 1\n", ExpositionFormat::Text),
         ("a\u{0} 1\n", ExpositionFormat::Text),
+        ("a{__x=\"1\"} 1\n", ExpositionFormat::Text),
     ] {
         assert!(
             parse(body.as_bytes(), format).is_err(),
