@@ -30,9 +30,12 @@ pub(crate) fn client() -> HttpClient {
         .build(connector)
 }
 
-/// What the exporter asks upstreams for: OpenMetrics first (it carries the
-/// most: `_created` in its family, every type), the text format otherwise.
-const ACCEPT: &str = "application/openmetrics-text;version=1.0.0;q=0.6,application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=0.0.4;q=0.4,*/*;q=0.1";
+/// What the exporter asks upstreams for: the text format 0.0.4 first, which
+/// every client writes the same way, then OpenMetrics with names unchanged.
+/// (prometheus_client 0.26.0 answers a plain OpenMetrics request with `:`
+/// rewritten to `_` in its sample names but not in `# TYPE`, client_python
+/// #1177; vLLM's Rust frontend answers OpenMetrics whatever is asked.)
+const ACCEPT: &str = "text/plain;version=0.0.4;q=0.6,application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,*/*;q=0.1";
 
 /// Why an upstream was left out of a scrape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
