@@ -216,10 +216,9 @@ fn misbehaving_upstreams_leave_the_scrape_intact() {
         let reply = get_within(&url, &headers, Duration::from_secs(10));
         let took = start.elapsed();
         assert_eq!(reply.status, 200);
-        assert!(
-            took < Duration::from_millis(1450 + 1000),
-            "round {round}: {took:?}"
-        );
+        // The hanging upstream's deadline is 1.5 s minus a tenth, not its
+        // 30 s timeout (with slack for a loaded machine).
+        assert!(took < Duration::from_secs(5), "round {round}: {took:?}");
         assert!(
             took >= Duration::from_millis(1300),
             "round {round}: {took:?}"
