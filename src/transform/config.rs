@@ -99,8 +99,9 @@ pub struct ConfigFile {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamSection {
-    /// The URL to scrape: `http://HOST[:PORT]/PATH`. Environment variables
-    /// are expanded as in `labels` (`http://${POD_IP}:8000/metrics`).
+    /// The URL to scrape: `http://HOST[:PORT]/PATH` or `https://…`.
+    /// Environment variables are expanded as in `labels`
+    /// (`http://${POD_IP}:8000/metrics`).
     pub url: String,
     /// The value of the `upstream` label of its self-metrics and log
     /// lines; unique among the upstreams. Default: the URL's `HOST:PORT`.
@@ -116,6 +117,11 @@ pub struct UpstreamSection {
     /// 67108864, 64 MiB); a larger answer is left out.
     #[serde(default)]
     pub max_body_bytes: Option<u64>,
+    /// With an `https://` URL: a PEM file of the CA certificates to trust
+    /// instead of Mozilla's roots (a cluster's own CA). Read at every
+    /// collection, so a renewed file takes effect without a reload.
+    #[serde(default)]
+    pub ca_file: Option<String>,
 }
 
 /// The `per_writer` section.
@@ -219,12 +225,16 @@ pub struct Config {
 pub struct Upstream {
     /// Its name (the `upstream` label).
     pub name: Arc<str>,
-    /// The URL, environment variables expanded, `http://` with a host.
+    /// The URL, environment variables expanded, `http://` or `https://`
+    /// with a host.
     pub url: Arc<str>,
     /// The longest a fetch may take.
     pub timeout: std::time::Duration,
     /// The largest body accepted, in bytes.
     pub max_body_bytes: u64,
+    /// The CA certificates to trust for an `https://` URL, if not Mozilla's
+    /// roots.
+    pub ca_file: Option<PathBuf>,
 }
 
 /// An upstream's `timeout` when none is given.
@@ -546,15 +556,22 @@ fn validate_upstreams(
     for (index, section) in sections.iter().enumerate() {
         let invalid = |error: String| ConfigError::InvalidUpstream { index, error };
         let url = expand_env(&section.url, env).map_err(invalid)?;
+        let https = url.starts_with("https://");
         let authority = url
             .strip_prefix("http://")
+            .or_else(|| url.strip_prefix("https://"))
             .map(|rest| rest.split(['/', '?']).next().unwrap_or(""))
             .filter(|authority| !authority.is_empty() && !authority.contains('@'))
             .ok_or_else(|| {
                 invalid(format!(
-                    "url {url:?} is not http://HOST[:PORT]/PATH (https and credentials are not supported)"
+                    "url {url:?} is not http(s)://HOST[:PORT]/PATH (credentials are not supported)"
                 ))
             })?;
+        let ca_file = match &section.ca_file {
+            Some(_) if !https => return Err(invalid("`ca_file` is for https:// URLs".to_owned())),
+            Some(path) => Some(PathBuf::from(expand_env(path, env).map_err(invalid)?)),
+            None => None,
+        };
         if url.parse::<hyper::Uri>().is_err() {
             return Err(invalid(format!("url {url:?} is not a valid URL")));
         }
@@ -589,6 +606,7 @@ fn validate_upstreams(
             url: url.into(),
             timeout,
             max_body_bytes,
+            ca_file,
         });
     }
     Ok(upstreams)
@@ -630,17 +648,19 @@ mod tests {
                     url: "http://10.0.0.7:8000/metrics".into(),
                     timeout: DEFAULT_UPSTREAM_TIMEOUT,
                     max_body_bytes: DEFAULT_UPSTREAM_MAX_BODY_BYTES,
+                    ca_file: None,
                 },
                 Upstream {
                     name: "lmcache".into(),
                     url: "http://localhost:9000/".into(),
                     timeout: std::time::Duration::from_millis(500),
                     max_body_bytes: 1000,
+                    ca_file: None,
                 }
             ]
         );
         for bad in [
-            "upstreams: [{url: \"https://x/metrics\"}]",
+            "upstreams: [{url: \"http://x/metrics\", ca_file: ca.pem}]",
             "upstreams: [{url: \"ftp://x/\"}]",
             "upstreams: [{url: \"http:///metrics\"}]",
             "upstreams: [{url: \"http://u:p@x/\"}]",

@@ -583,3 +583,80 @@ fn prometheus_gets_every_upstream_as_text_with_exact_values() {
         .query_one("multiproc_exporter_upstream_conflicts{upstream=\"demo\",reason=\"name_clash\"}")
         .is_some_and(|n| n > 0.0));
 }
+
+#[test]
+fn https_upstreams_are_verified_against_their_ca_file() {
+    let Some(_) = tool("openssl") else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let pki = crate::support::web::Pki::new(&work.path().join("pki"));
+    // The upstream: an exporter serving a directory over TLS.
+    let dir = directory(work.path());
+    let web = pki.path("web.yml");
+    std::fs::write(
+        &web,
+        "tls_server_config: {cert_file: server.pem, key_file: server.key}\n",
+    )
+    .unwrap();
+    let upstream = Exporter::start(&[
+        "--dir",
+        dir.to_str().unwrap(),
+        "--web.config.file",
+        web.to_str().unwrap(),
+    ]);
+    let url = format!("{}/metrics", upstream.base.replace("http://", "https://"));
+    let config = work.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "upstreams:\n  - {{name: trusted, url: \"{url}\", ca_file: \"{}\"}}\n  - {{name: other-ca, url: \"{url}\", ca_file: \"{}\"}}\n  - {{name: public-roots, url: \"{url}\"}}\n",
+            pki.arg("ca.pem"),
+            pki.arg("other-ca.pem")
+        ),
+    )
+    .unwrap();
+    let empty = work.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let exporter = Exporter::start(&[
+        "--dir",
+        empty.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    let body = get(&format!("{}/metrics", exporter.base), &[("Accept", TEXT)]).text();
+    assert_eq!(
+        sample_value(&body, "dir_requests_total"),
+        Some(7.0),
+        "{body}"
+    );
+    let up = |name: &str| {
+        sample_value(
+            &body,
+            &format!("multiproc_exporter_upstream_up{{upstream=\"{name}\"}}"),
+        )
+    };
+    assert_eq!(up("trusted"), Some(1.0));
+    // The same series from a second upstream would be a duplicate, but
+    // these two never get that far: the certificate is not trusted.
+    for name in ["other-ca", "public-roots"] {
+        assert_eq!(up(name), Some(0.0), "{name}");
+        assert_eq!(
+            sample_value(
+                &body,
+                &format!(
+                    "multiproc_exporter_upstream_last_error{{reason=\"connect\",upstream=\"{name}\"}}"
+                )
+            ),
+            Some(1.0),
+            "{name}"
+        );
+    }
+    exporter.sync_logs();
+    let down = exporter.logs_with("Upstream left out of the scrape until it answers again.");
+    assert!(
+        down.iter()
+            .all(|l| l["error"].as_str().unwrap().contains("certificate")),
+        "{down:#?}"
+    );
+}

@@ -1,13 +1,19 @@
 //! One upstream fetch: an HTTP/1.1 `GET` with a deadline, a body size limit
 //! and gzip, through hyper-util's pooling client (hyper is what the server
-//! side runs on already; plain `http://` only, as a sidecar's upstreams are
-//! on `localhost`, so no TLS stack or root certificates are added).
+//! side runs on already) with hyper-rustls for `https://` (rustls with
+//! *ring*, as the server side; Mozilla's roots from webpki-roots, or the
+//! upstream's `ca_file`).
 //!
 //! What can go wrong is a [`FailReason`] with a stable label, never a panic
 //! or an error that reaches the scrape.
 
 use std::io::Read as _;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use hyper_rustls::HttpsConnector;
+use rustls_pki_types::pem::PemObject as _;
+use rustls_pki_types::CertificateDer;
 
 use http_body_util::BodyExt as _;
 use hyper::header;
@@ -17,17 +23,46 @@ use hyper_util::rt::TokioExecutor;
 
 use crate::transform::config::Upstream;
 
-/// The client every fetch uses (pooled keep-alive connections).
-pub(crate) type HttpClient = Client<HttpConnector, http_body_util::Empty<hyper::body::Bytes>>;
+/// A client (pooled keep-alive connections), for `http://` and `https://`.
+pub(crate) type HttpClient =
+    Client<HttpsConnector<HttpConnector>, http_body_util::Empty<hyper::body::Bytes>>;
 
-/// A new client.
-pub(crate) fn client() -> HttpClient {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    Client::builder(TokioExecutor::new())
+/// A new client trusting the CA certificates of `ca_pem` (PEM), or
+/// Mozilla's roots.
+pub(crate) fn client(ca_pem: Option<&[u8]>) -> Result<HttpClient, String> {
+    let roots = match ca_pem {
+        None => rustls::RootCertStore::from_iter(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+        Some(pem) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_slice_iter(pem) {
+                let cert = cert.map_err(|e| format!("ca_file: {e}"))?;
+                roots.add(cert).map_err(|e| format!("ca_file: {e}"))?;
+            }
+            if roots.is_empty() {
+                return Err("ca_file: no certificate in it".to_owned());
+            }
+            roots
+        }
+    };
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let mut http = HttpConnector::new();
+    http.set_nodelay(true);
+    http.enforce_http(false);
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http);
+    Ok(Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(60))
         .pool_max_idle_per_host(4)
-        .build(connector)
+        .build(connector))
 }
 
 /// What the exporter asks upstreams for: the text format 0.0.4 first, which
@@ -42,7 +77,8 @@ const ACCEPT: &str = "text/plain;version=0.0.4;q=0.6,application/openmetrics-tex
 pub(crate) enum FailReason {
     /// No answer within the deadline.
     Timeout,
-    /// The connection could not be made (refused, unknown host).
+    /// The connection could not be made (refused, unknown host, TLS
+    /// handshake failed, `ca_file` unusable).
     Connect,
     /// The answer's status was not 2xx.
     HttpStatus,

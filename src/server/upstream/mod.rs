@@ -26,6 +26,7 @@
 mod fetch;
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -50,7 +51,10 @@ pub(crate) const SELF_METRICS_PREFIX: &str = "multiproc_exporter_";
 /// The upstreams' client and what each did last; one per server.
 #[derive(Debug, Default)]
 pub(crate) struct Upstreams {
+    /// The client trusting Mozilla's roots.
     client: OnceLock<HttpClient>,
+    /// Clients trusting a `ca_file`, by its path and bytes.
+    ca_clients: Mutex<Vec<(PathBuf, Vec<u8>, HttpClient)>>,
     states: Mutex<HashMap<Arc<str>, State>>,
 }
 
@@ -110,7 +114,6 @@ impl Upstreams {
             );
             return None;
         };
-        let client = self.client.get_or_init(fetch::client).clone();
         let jobs: Vec<(Upstream, Duration)> = upstreams
             .iter()
             .map(|u| (u.clone(), deadline(u.timeout, scrape_timeout)))
@@ -118,7 +121,17 @@ impl Upstreams {
         let longest = jobs.iter().map(|(_, d)| *d).max().unwrap_or_default();
         let (send, results) = std::sync::mpsc::channel();
         for (i, (upstream, deadline)) in jobs.into_iter().enumerate() {
-            let client = client.clone();
+            let client = match self.client_for(&upstream) {
+                Ok(client) => client,
+                Err(detail) => {
+                    let failure = Failure {
+                        reason: FailReason::Connect,
+                        detail,
+                    };
+                    let _ = send.send((i, (Err(failure), Duration::ZERO)));
+                    continue;
+                }
+            };
             let send = send.clone();
             handle.spawn(async move {
                 let fetched = fetch::fetch(&client, &upstream, deadline).await;
@@ -131,6 +144,28 @@ impl Upstreams {
             results,
             longest,
         })
+    }
+
+    /// The client for `upstream`: the shared one, or one trusting its
+    /// `ca_file` (read now, so that a renewed file is used).
+    fn client_for(&self, upstream: &Upstream) -> Result<HttpClient, String> {
+        let Some(path) = &upstream.ca_file else {
+            if let Some(client) = self.client.get() {
+                return Ok(client.clone());
+            }
+            let client = fetch::client(None)?;
+            return Ok(self.client.get_or_init(|| client).clone());
+        };
+        let pem = std::fs::read(path)
+            .map_err(|e| format!("cannot read ca_file {}: {e}", path.display()))?;
+        let mut clients = self.ca_clients.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, _, client)) = clients.iter().find(|(p, b, _)| p == path && *b == pem) {
+            return Ok(client.clone());
+        }
+        let client = fetch::client(Some(&pem))?;
+        clients.retain(|(p, _, _)| p != path);
+        clients.push((path.clone(), pem, client.clone()));
+        Ok(client)
     }
 
     /// Waits for the fetches, parses their answers and merges them after the
