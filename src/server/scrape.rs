@@ -82,6 +82,12 @@ struct InFlight {
     /// The last result, while a scrape still uses it (the scrapes that
     /// joined the collection take it from here).
     last: std::sync::Weak<Vec<MetricFamily>>,
+    /// Scrapes waiting for the collection in flight.
+    waiting: usize,
+    /// The last result, kept until every scrape that waited for it has
+    /// woken up and taken it (the scrape that ran the collection may be done
+    /// with it first, which would make a joined scrape collect again).
+    held: Option<Arc<Vec<MetricFamily>>>,
 }
 
 /// The bodies being encoded or sent for the current collection, by request.
@@ -279,13 +285,19 @@ impl Scraper {
                 break;
             }
             let joined = in_flight.generation;
+            in_flight.waiting += 1;
             while in_flight.generation == joined {
                 in_flight = self
                     .finished
                     .wait(in_flight)
                     .unwrap_or_else(|e| e.into_inner());
             }
-            if let Some(last) = in_flight.last.upgrade() {
+            in_flight.waiting -= 1;
+            let last = in_flight.held.clone().or_else(|| in_flight.last.upgrade());
+            if in_flight.waiting == 0 {
+                in_flight.held = None;
+            }
+            if let Some(last) = last {
                 tracing::debug!("Joined a collection in flight.");
                 return (in_flight.generation, last);
             }
@@ -301,6 +313,7 @@ impl Scraper {
         in_flight.running = false;
         in_flight.generation += 1;
         in_flight.last = Arc::downgrade(&result);
+        in_flight.held = (in_flight.waiting > 0).then(|| result.clone());
         let generation = in_flight.generation;
         drop(in_flight);
         self.finished.notify_all();
