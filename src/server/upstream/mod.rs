@@ -177,6 +177,11 @@ impl Upstreams {
         directory: Vec<MetricFamily>,
     ) -> Vec<MetricFamily> {
         let Some(pending) = pending else {
+            // No upstream (any more): none to report.
+            self.states
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clear();
             return directory;
         };
         // The fetches end by their deadlines; a second more is a safety net.
@@ -429,6 +434,94 @@ fn family(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn upstream(name: &str) -> Upstream {
+        Upstream {
+            name: name.into(),
+            url: "http://127.0.0.1:1/metrics".into(),
+            timeout: Duration::from_secs(1),
+            max_body_bytes: 1,
+            ca_file: None,
+        }
+    }
+
+    #[test]
+    fn self_metrics_follow_each_upstream_and_go_with_it() {
+        let upstreams = Upstreams::default();
+        assert!(upstreams.families().is_empty());
+        let (a, b) = (upstream("a"), upstream("b"));
+        let failure = Failure {
+            reason: FailReason::Parse,
+            detail: "x".to_owned(),
+        };
+        for _ in 0..2 {
+            upstreams.record(
+                vec![
+                    (&a, Ok(()), Duration::from_millis(250), 3),
+                    (&b, Err(failure.clone()), Duration::from_millis(5), 0),
+                ],
+                vec![SourceConflict {
+                    family: "f".into(),
+                    source: "a".into(),
+                    kept_from: DIRECTORY_SOURCE.into(),
+                    reason: SourceConflictReason::DuplicateSeries,
+                }],
+            );
+        }
+        let families = upstreams.families();
+        let value = |family: &str, labels: &[(&str, &str)]| {
+            let family = families.iter().find(|f| &*f.name == family).unwrap();
+            family
+                .samples
+                .iter()
+                .find(|s| labels.iter().all(|(n, v)| s.labels.get(n) == Some(*v)))
+                .map(|s| s.value)
+        };
+        assert_eq!(
+            value("multiproc_exporter_upstream_up", &[("upstream", "a")]),
+            Some(1.0)
+        );
+        assert_eq!(
+            value("multiproc_exporter_upstream_up", &[("upstream", "b")]),
+            Some(0.0)
+        );
+        assert_eq!(
+            value(
+                "multiproc_exporter_upstream_scrape_duration_seconds",
+                &[("upstream", "a")]
+            ),
+            Some(0.25)
+        );
+        let b_parse = [("upstream", "b"), ("reason", "parse")];
+        assert_eq!(
+            value("multiproc_exporter_upstream_last_error", &b_parse),
+            Some(1.0)
+        );
+        assert_eq!(
+            value("multiproc_exporter_upstream_failures", &b_parse),
+            Some(2.0)
+        );
+        assert_eq!(
+            value(
+                "multiproc_exporter_upstream_conflicts",
+                &[("upstream", "a"), ("reason", "duplicate_series")]
+            ),
+            Some(1.0)
+        );
+        // Every reason is present for every upstream.
+        let errors = families
+            .iter()
+            .find(|f| &*f.name == "multiproc_exporter_upstream_last_error")
+            .unwrap();
+        assert_eq!(errors.samples.len(), 2 * FailReason::ALL.len());
+        // An upstream removed from the configuration goes; so do all when
+        // none is left.
+        upstreams.record(vec![(&a, Ok(()), Duration::ZERO, 3)], vec![]);
+        assert_eq!(upstreams.states.lock().unwrap().len(), 1);
+        let kept = upstreams.finish(None, Vec::new());
+        assert!(kept.is_empty());
+        assert!(upstreams.families().is_empty());
+    }
 
     #[test]
     fn deadlines_leave_prometheus_time_to_receive_the_answer() {
