@@ -4,7 +4,7 @@
 //! header says), Python's `prometheus_client.start_http_server`, and the
 //! exporter's own demo, merged with a `.db` directory and scraped by a real
 //! Prometheus as the text format; and upstreams that hang, reset the
-//! connection, answer 500 or garbage, or refuse connections, which leave
+//! connection, answer 500, garbage or too much, or refuse connections, which leave
 //! the scrape at 200 with everything else intact and the right
 //! self-metrics, logged once per change of state.
 
@@ -192,6 +192,7 @@ fn misbehaving_upstreams_leave_the_scrape_intact() {
     let reset = TestServer::start(Behaviour::Reset);
     let error = TestServer::start(Behaviour::Error500);
     let garbage = TestServer::start(Behaviour::Garbage);
+    let large = TestServer::start(Behaviour::OpenMetricsOnly);
     let refused = format!("http://127.0.0.1:{}/metrics", free_port());
     let config = write_config(
         work.path(),
@@ -202,6 +203,7 @@ fn misbehaving_upstreams_leave_the_scrape_intact() {
             ("error", &error.url, "5s"),
             ("garbage", &garbage.url, "5s"),
             ("refused", &refused, "5s"),
+            ("too-large", &large.url, "5s, max_body_bytes: 100"),
         ],
     );
     let exporter = Exporter::start(&["--dir", dir.to_str().unwrap(), "--config", &config]);
@@ -277,6 +279,7 @@ fn misbehaving_upstreams_leave_the_scrape_intact() {
             ("error", "http_status"),
             ("garbage", "parse"),
             ("refused", "connect"),
+            ("too-large", "body"),
         ] {
             assert_eq!(up(name), Some(0.0), "{name}");
             assert_eq!(last_error(name, reason), Some(1.0), "{name}\n{body}");
@@ -326,7 +329,8 @@ fn misbehaving_upstreams_leave_the_scrape_intact() {
             ("garbage", "parse"),
             ("hang", "timeout"),
             ("refused", "connect"),
-            ("reset", "read")
+            ("reset", "read"),
+            ("too-large", "body")
         ]
         .map(|(a, b)| (a.to_owned(), b.to_owned()))
     );
