@@ -4,9 +4,10 @@
 //! header says), Python's `prometheus_client.start_http_server`, and the
 //! exporter's own demo, merged with a `.db` directory and scraped by a real
 //! Prometheus as the text format; and upstreams that hang, reset the
-//! connection, answer 500, garbage or too much, or refuse connections, which leave
-//! the scrape at 200 with everything else intact and the right
-//! self-metrics, logged once per change of state.
+//! connection, answer 500, garbage or too much, or refuse connections,
+//! which leave the scrape at 200 with everything else intact and the right
+//! self-metrics, logged once per change of state; and `https://` upstreams
+//! verified against their `ca_file`.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
