@@ -588,6 +588,7 @@ fn structured_config(choice: &StructuredConfig) -> Config {
         },
         per_writer: None,
         aliases: Default::default(),
+        upstreams: Vec::new(),
         vllm_aliases: choice.ray,
         // With Ray names, vLLM families get `ReplicaId` too.
         ray: RaySection {
@@ -1154,4 +1155,58 @@ pub fn accept_header(data: &[u8]) {
     if let Some(names) = name_params(query) {
         assert!(names.iter().all(|n| !n.is_empty()), "blank name[] kept");
     }
+}
+
+// ---------------------------------------------------------------------------
+// exposition_parser
+// ---------------------------------------------------------------------------
+
+/// Target `exposition_parser`: the first byte picks the format (even: the
+/// Prometheus text format, odd: OpenMetrics), the rest is the body an
+/// upstream answered.
+///
+/// Properties: nothing panics; a body that parses encodes (in the same
+/// format, UTF-8 names allowed, since the parser only accepts legacy names)
+/// to a body that parses again into families that encode to the same bytes
+/// (the parser reads back exactly what the encoders write); every family
+/// name is unique and every name is a legacy name.
+pub fn exposition_parser(data: &[u8]) {
+    use multiproc_exporter::expose::parse::{parse, ExpositionFormat};
+    let Some((&first, body)) = data.split_first() else {
+        return;
+    };
+    let (format, encoding) = if first % 2 == 0 {
+        (ExpositionFormat::Text, Format::Text)
+    } else {
+        (ExpositionFormat::OpenMetrics, Format::OpenMetrics)
+    };
+    let Ok(families) = parse(body, format) else {
+        return;
+    };
+    let mut names = std::collections::HashSet::new();
+    for family in &families {
+        assert!(names.insert(family.name.clone()), "{} twice", family.name);
+        assert!(is_legacy_metric_name(&family.name), "{}", family.name);
+        for sample in &family.samples {
+            assert!(is_legacy_metric_name(&sample.name), "{}", sample.name);
+            for (name, _) in sample.labels.iter() {
+                assert!(
+                    is_legacy_label_name(name) || name.starts_with("__"),
+                    "{name}"
+                );
+            }
+        }
+    }
+    let encoded = encode(&families, encoding, Escaping::AllowUtf8);
+    let again = parse(&encoded, format).unwrap_or_else(|e| {
+        panic!(
+            "the encoding does not parse ({e}):\n{}",
+            String::from_utf8_lossy(&encoded)
+        )
+    });
+    let twice = encode(&again, encoding, Escaping::AllowUtf8);
+    assert_eq!(
+        String::from_utf8_lossy(&encoded),
+        String::from_utf8_lossy(&twice)
+    );
 }

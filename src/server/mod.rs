@@ -22,6 +22,7 @@ mod http;
 mod scrape;
 mod status_page;
 mod telemetry;
+mod upstream;
 
 use crate::server::telemetry::operational::ConfigReload;
 use http::{limits, listen};
@@ -300,6 +301,20 @@ async fn dispatch(
     metrics(state, &headers, query.as_deref()).await
 }
 
+/// Prometheus's `X-Prometheus-Scrape-Timeout-Seconds`, when it is a
+/// positive number of seconds.
+fn scrape_timeout(headers: &HeaderMap) -> Option<Duration> {
+    let seconds: f64 = headers
+        .get("x-prometheus-scrape-timeout-seconds")?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    (seconds.is_finite() && seconds > 0.0 && seconds < 1e9)
+        .then(|| Duration::from_secs_f64(seconds))
+}
+
 /// All values of a header joined with `,` (as Python's ASGI app joins them).
 fn joined(headers: &HeaderMap, name: header::HeaderName) -> Option<String> {
     let values: Vec<&str> = headers
@@ -319,6 +334,7 @@ async fn metrics(state: AppState, headers: &HeaderMap, query: Option<&str>) -> R
         escaping: negotiated.escaping,
         names: name_params(query),
         gzip,
+        scrape_timeout: scrape_timeout(headers),
     };
     let shared = state.0.clone();
     let scrape = move || {
@@ -326,7 +342,9 @@ async fn metrics(state: AppState, headers: &HeaderMap, query: Option<&str>) -> R
         let self_metrics = shared.exporter_metrics.then_some(&shared.self_metrics);
         shared.scraper.render(&request, &config, self_metrics)
     };
-    let body = if state.0.scraper.is_quick() {
+    // Upstreams are waited for with a blocking receive: never on a worker.
+    let inline = state.0.scraper.is_quick() && state.0.config().upstreams.is_empty();
+    let body = if inline {
         // Well under a millisecond last time: cheaper here than a hand-over.
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(scrape))
             .map_err(|_| "the scrape panicked".to_owned())

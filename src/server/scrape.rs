@@ -13,6 +13,10 @@
 //! cost about one body of memory. Nothing is kept between scrapes: the
 //! families and bodies are held only while a request uses them.
 //!
+//! The configuration's upstreams are fetched while the directory is read
+//! and merged after it ([`crate::server::upstream`]); being part of the
+//! collection, their fetches are shared by coalesced scrapes too.
+//!
 //! Nothing here fails a scrape: a bad file is left out, logged once when it
 //! first turns bad (again only if its reason changes) and counted in the
 //! self-metrics; a panic in the reader (a bug) is caught, logged, and the
@@ -27,7 +31,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
 use flate2::write::GzEncoder;
 use flate2::Compression;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::expose::encode::{Escaping, Format};
 use crate::expose::memo::EncodeMemo;
@@ -37,6 +41,7 @@ use crate::pipeline::{self, Gathered, Source};
 use crate::server::api::{unix_now, Insight, LastCollection};
 use crate::server::telemetry::events::Reporter;
 use crate::server::telemetry::self_metrics::{self, SelfMetrics};
+use crate::server::upstream::Upstreams;
 use crate::source::link_policy::LinkPolicy;
 use crate::source::writers::WriterPolicy;
 use crate::source::Input;
@@ -61,6 +66,8 @@ pub(crate) struct Scraper {
     last_render_nanos: AtomicU64,
     /// The curated history and the last collection's status.
     insight: Insight,
+    /// The configuration's upstreams: fetched with every collection.
+    upstreams: Upstreams,
 }
 
 /// Files the watcher saw modified since the last collection: their maps are
@@ -83,6 +90,12 @@ struct InFlight {
     /// The last result, while a scrape still uses it (the scrapes that
     /// joined the collection take it from here).
     last: std::sync::Weak<Served>,
+    /// Scrapes waiting for the collection in flight.
+    waiting: usize,
+    /// The last result, kept until every scrape that waited for it has
+    /// woken up and taken it (the scrape that ran the collection may be done
+    /// with it first, which would make a joined scrape collect again).
+    held: Option<Arc<Served>>,
 }
 
 /// What one collection serves: the merged (and transformed) families, then
@@ -167,6 +180,9 @@ pub(crate) struct Request {
     pub(crate) names: Option<Vec<String>>,
     /// Whether the client accepts gzip.
     pub(crate) gzip: bool,
+    /// Prometheus's `X-Prometheus-Scrape-Timeout-Seconds`, if sent: caps
+    /// the upstreams' deadlines.
+    pub(crate) scrape_timeout: Option<Duration>,
 }
 
 impl Scraper {
@@ -198,6 +214,7 @@ impl Scraper {
             memos: Mutex::new(Vec::new()),
             last_render_nanos: AtomicU64::new(0),
             insight: Insight::default(),
+            upstreams: Upstreams::default(),
         }
     }
 
@@ -236,7 +253,8 @@ impl Scraper {
         self_metrics: Option<&SelfMetrics>,
     ) -> SharedBody {
         let start = Instant::now();
-        let (generation, served) = self.coalesced(|| self.collect(config, self_metrics));
+        let (generation, served) =
+            self.coalesced(|| self.collect(config, self_metrics, request.scrape_timeout));
         let key = BodyKey {
             format: request.format,
             escaping: request.escaping,
@@ -341,13 +359,19 @@ impl Scraper {
                 break;
             }
             let joined = in_flight.generation;
+            in_flight.waiting += 1;
             while in_flight.generation == joined {
                 in_flight = self
                     .finished
                     .wait(in_flight)
                     .unwrap_or_else(|e| e.into_inner());
             }
-            if let Some(last) = in_flight.last.upgrade() {
+            in_flight.waiting -= 1;
+            let last = in_flight.held.clone().or_else(|| in_flight.last.upgrade());
+            if in_flight.waiting == 0 {
+                in_flight.held = None;
+            }
+            if let Some(last) = last {
                 tracing::debug!("Joined a collection in flight.");
                 return (in_flight.generation, last);
             }
@@ -363,15 +387,23 @@ impl Scraper {
         in_flight.running = false;
         in_flight.generation += 1;
         in_flight.last = Arc::downgrade(&result);
+        in_flight.held = (in_flight.waiting > 0).then(|| result.clone());
         let generation = in_flight.generation;
         drop(in_flight);
         self.finished.notify_all();
         (generation, result)
     }
 
-    /// Reads and merges the directories, applies the configuration and adds
-    /// the self-metrics.
-    fn collect(&self, config: &Config, self_metrics: Option<&SelfMetrics>) -> Served {
+    /// Reads and merges the directories, fetches the upstreams meanwhile
+    /// and merges them after, applies the configuration and adds the
+    /// self-metrics.
+    fn collect(
+        &self,
+        config: &Config,
+        self_metrics: Option<&SelfMetrics>,
+        scrape_timeout: Option<Duration>,
+    ) -> Served {
+        let pending = self.upstreams.start(&config.upstreams, scrape_timeout);
         let mut state = self.lock();
         let state = &mut *state;
         let start = Instant::now();
@@ -395,6 +427,7 @@ impl Scraper {
             Gathered::default()
         });
         let merged = std::mem::take(&mut gathered.collection.families);
+        let merged = self.upstreams.finish(pending, merged);
         let now = unix_now();
         // vLLM's curated numbers, from vLLM's own names.
         let point = Point::of(&merged, now);
@@ -413,7 +446,9 @@ impl Scraper {
         state.reporter.collisions(&collisions);
         let merged = families.len();
         if let Some(m) = self_metrics {
-            let (own, clashes) = self_metrics::without_clashes(m.families(), &families);
+            let mut own = m.families();
+            own.extend(self.upstreams.families());
+            let (own, clashes) = self_metrics::without_clashes(own, &families);
             state.reporter.self_metric_clashes(&clashes);
             families.extend(own);
         }
@@ -427,7 +462,8 @@ impl Scraper {
         config: &Config,
         self_metrics: Option<&SelfMetrics>,
     ) -> Arc<Served> {
-        self.coalesced(|| self.collect(config, self_metrics)).1
+        self.coalesced(|| self.collect(config, self_metrics, None))
+            .1
     }
 
     /// The curated history and the last collection's status.

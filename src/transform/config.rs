@@ -80,6 +80,48 @@ pub struct ConfigFile {
     /// does for target labels (`honor_labels: false`).
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// HTTP endpoints scraped on every collection and merged with the
+    /// directory's families (`serve` only), for example vLLM's Rust
+    /// frontend (`http://localhost:8000/metrics`) or LMCache's metrics port.
+    /// Their answers (Prometheus text or OpenMetrics) go through the same
+    /// filter, naming, aliases and labels, and are served in whichever
+    /// format the scraper negotiated. A family of the same name as an
+    /// earlier source's (the directory first, then the upstreams in this
+    /// order) joins it only when its type matches and none of its series is
+    /// already there; otherwise it is left out and reported
+    /// (`docs/sources.md`). An upstream that is down, slow or answers
+    /// garbage is left out of that scrape, never failing it.
+    #[serde(default)]
+    pub upstreams: Vec<UpstreamSection>,
+}
+
+/// One entry of `upstreams`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamSection {
+    /// The URL to scrape: `http://HOST[:PORT]/PATH` or `https://…`.
+    /// Environment variables are expanded as in `labels`
+    /// (`http://${POD_IP}:8000/metrics`).
+    pub url: String,
+    /// The value of the `upstream` label of its self-metrics and log
+    /// lines; unique among the upstreams. Default: the URL's `HOST:PORT`.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The longest a fetch may take (default `5s`), connection included:
+    /// a slower upstream is left out of that scrape. When Prometheus sends
+    /// `X-Prometheus-Scrape-Timeout-Seconds`, the deadline is at most that
+    /// minus a tenth (at most 0.5 s), so the scrape answers in time.
+    #[serde(default)]
+    pub timeout: Option<String>,
+    /// The largest body accepted, in bytes, after gzip decoding (default
+    /// 67108864, 64 MiB); a larger answer is left out.
+    #[serde(default)]
+    pub max_body_bytes: Option<u64>,
+    /// With an `https://` URL: a PEM file of the CA certificates to trust
+    /// instead of Mozilla's roots (a cluster's own CA). Read at every
+    /// collection, so a renewed file takes effect without a reload.
+    #[serde(default)]
+    pub ca_file: Option<String>,
 }
 
 /// The `per_writer` section.
@@ -174,7 +216,32 @@ pub struct Config {
     pub labels: Vec<(Arc<str>, Arc<str>)>,
     /// Aliases as `(old, new)` pairs, vLLM's first when enabled.
     pub aliases: Vec<(Arc<str>, Arc<str>)>,
+    /// HTTP endpoints merged with the directory (`upstreams`), in order.
+    pub upstreams: Vec<Upstream>,
 }
+
+/// A validated entry of `upstreams`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Upstream {
+    /// Its name (the `upstream` label).
+    pub name: Arc<str>,
+    /// The URL, environment variables expanded, `http://` or `https://`
+    /// with a host.
+    pub url: Arc<str>,
+    /// The longest a fetch may take.
+    pub timeout: std::time::Duration,
+    /// The largest body accepted, in bytes.
+    pub max_body_bytes: u64,
+    /// The CA certificates to trust for an `https://` URL, if not Mozilla's
+    /// roots.
+    pub ca_file: Option<PathBuf>,
+}
+
+/// An upstream's `timeout` when none is given.
+pub const DEFAULT_UPSTREAM_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// An upstream's `max_body_bytes` when none is given (64 MiB).
+pub const DEFAULT_UPSTREAM_MAX_BODY_BYTES: u64 = 64 << 20;
 
 /// The validated `per_writer` section.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -236,6 +303,13 @@ pub enum ConfigError {
         /// The label name.
         name: String,
     },
+    /// An entry of `upstreams` cannot be used.
+    InvalidUpstream {
+        /// Its position in the list (0-based).
+        index: usize,
+        /// What is wrong.
+        error: String,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -259,6 +333,7 @@ impl fmt::Display for ConfigError {
                 f,
                 "label {name:?} is added twice (by `labels` and by `per_writer.label` or `ray.replica_id`)"
             ),
+            Self::InvalidUpstream { index, error } => write!(f, "in `upstreams[{index}]`: {error}"),
         }
     }
 }
@@ -390,7 +465,9 @@ impl Config {
             })?;
             labels.push((Arc::from(name.as_str()), Arc::from(value)));
         }
+        let upstreams = validate_upstreams(&file.upstreams, env)?;
         Ok(Self {
+            upstreams,
             include_prefixes: file.filter.include_prefixes,
             exclude_prefixes: file.filter.exclude_prefixes,
             naming: file.naming,
@@ -470,6 +547,71 @@ pub fn expand_env(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<St
     Ok(out)
 }
 
+/// The validated `upstreams`.
+fn validate_upstreams(
+    sections: &[UpstreamSection],
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<Upstream>, ConfigError> {
+    let mut upstreams: Vec<Upstream> = Vec::with_capacity(sections.len());
+    for (index, section) in sections.iter().enumerate() {
+        let invalid = |error: String| ConfigError::InvalidUpstream { index, error };
+        let url = expand_env(&section.url, env).map_err(invalid)?;
+        let https = url.starts_with("https://");
+        let authority = url
+            .strip_prefix("http://")
+            .or_else(|| url.strip_prefix("https://"))
+            .map(|rest| rest.split(['/', '?']).next().unwrap_or(""))
+            .filter(|authority| !authority.is_empty() && !authority.contains('@'))
+            .ok_or_else(|| {
+                invalid(format!(
+                    "url {url:?} is not http(s)://HOST[:PORT]/PATH (credentials are not supported)"
+                ))
+            })?;
+        let ca_file = match &section.ca_file {
+            Some(_) if !https => return Err(invalid("`ca_file` is for https:// URLs".to_owned())),
+            Some(path) => Some(PathBuf::from(expand_env(path, env).map_err(invalid)?)),
+            None => None,
+        };
+        if url.parse::<hyper::Uri>().is_err() {
+            return Err(invalid(format!("url {url:?} is not a valid URL")));
+        }
+        let name = section.name.clone().unwrap_or_else(|| authority.to_owned());
+        if name.is_empty() {
+            return Err(invalid("empty `name`".to_owned()));
+        }
+        if upstreams.iter().any(|u| *u.name == *name) {
+            return Err(invalid(format!(
+                "name {name:?} is taken by an earlier upstream (give each a `name`)"
+            )));
+        }
+        let timeout = match &section.timeout {
+            None => DEFAULT_UPSTREAM_TIMEOUT,
+            Some(text) => humantime::parse_duration(text)
+                .ok()
+                .filter(|t| !t.is_zero())
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "timeout {text:?} is not a duration like 5s or 500ms"
+                    ))
+                })?,
+        };
+        let max_body_bytes = section
+            .max_body_bytes
+            .unwrap_or(DEFAULT_UPSTREAM_MAX_BODY_BYTES);
+        if max_body_bytes == 0 {
+            return Err(invalid("`max_body_bytes` is 0".to_owned()));
+        }
+        upstreams.push(Upstream {
+            name: name.into(),
+            url: url.into(),
+            timeout,
+            max_body_bytes,
+            ca_file,
+        });
+    }
+    Ok(upstreams)
+}
+
 /// Why `name` cannot be a constant label name, if it cannot.
 pub(crate) fn label_name_problem(name: &str) -> Option<&'static str> {
     if name.starts_with("__") {
@@ -489,6 +631,48 @@ pub(crate) fn label_name_problem(name: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn upstreams_parse_with_defaults_and_are_checked() {
+        let env = |name: &str| (name == "POD_IP").then(|| "10.0.0.7".to_owned());
+        let file: ConfigFile = serde_yaml::from_str(
+            "upstreams:\n- url: http://${POD_IP}:8000/metrics\n- {url: \"http://localhost:9000/\", name: lmcache, timeout: 500ms, max_body_bytes: 1000}\n",
+        )
+        .unwrap();
+        let config = Config::validate_with(file, &env).unwrap();
+        assert_eq!(
+            config.upstreams,
+            [
+                Upstream {
+                    name: "10.0.0.7:8000".into(),
+                    url: "http://10.0.0.7:8000/metrics".into(),
+                    timeout: DEFAULT_UPSTREAM_TIMEOUT,
+                    max_body_bytes: DEFAULT_UPSTREAM_MAX_BODY_BYTES,
+                    ca_file: None,
+                },
+                Upstream {
+                    name: "lmcache".into(),
+                    url: "http://localhost:9000/".into(),
+                    timeout: std::time::Duration::from_millis(500),
+                    max_body_bytes: 1000,
+                    ca_file: None,
+                }
+            ]
+        );
+        for bad in [
+            "upstreams: [{url: \"http://x/metrics\", ca_file: ca.pem}]",
+            "upstreams: [{url: \"ftp://x/\"}]",
+            "upstreams: [{url: \"http:///metrics\"}]",
+            "upstreams: [{url: \"http://u:p@x/\"}]",
+            "upstreams: [{url: \"http://x/\"}, {url: \"http://x/other\"}]",
+            "upstreams: [{url: \"http://x/\", timeout: 0s}]",
+            "upstreams: [{url: \"http://x/\", timeout: soon}]",
+            "upstreams: [{url: \"http://x/\", max_body_bytes: 0}]",
+            "upstreams: [{url: \"http://x/\", headers: {}}]",
+        ] {
+            assert!(Config::from_yaml(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn full_example_parses() {

@@ -1,7 +1,9 @@
 //! Applying a [`Config`] to merged families: filtering, renaming and
 //! constant labels. Pure: no I/O.
 //!
-//! The steps, in order:
+//! The families come from the directory, and from the configuration's
+//! upstreams merged after them by the rule of [`sources`]. The steps, in
+//! order:
 //!
 //! 0. **Aliases** ([`aliases`]): a family is copied under an old name it
 //!    had, right after it.
@@ -31,6 +33,7 @@
 pub mod aliases;
 pub mod combine;
 pub mod config;
+pub mod sources;
 
 use std::collections::HashSet;
 use std::sync::Arc;

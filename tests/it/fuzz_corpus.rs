@@ -97,3 +97,8 @@ fn multi_file_container_round_trips() {
         ]
     );
 }
+
+#[test]
+fn exposition_parser_corpus() {
+    replay("exposition_parser", harness::exposition_parser);
+}

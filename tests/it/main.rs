@@ -32,6 +32,7 @@ mod limits;
 mod load;
 mod subdirectories;
 mod tls;
+mod upstreams;
 mod web_config;
 
 // The demo, deployment, rules and dashboards with a real Prometheus.
