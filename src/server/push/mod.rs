@@ -298,3 +298,179 @@ async fn send(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::expose::negotiate::Negotiation;
+    use crate::server::{AppState, Settings};
+    use crate::source::link_policy::LinkPolicy;
+    use crate::source::writers::WriterPolicy;
+    use crate::transform::config::Config;
+    use axum::http::HeaderMap;
+    use axum::routing::post;
+
+    type Received = Arc<Mutex<Vec<(HeaderMap, Bytes)>>>;
+
+    /// A receiver answering with `statuses` in turn, then 204.
+    async fn receiver(statuses: Vec<u16>) -> (String, Received) {
+        let statuses = Arc::new(Mutex::new(VecDeque::from(statuses)));
+        let received: Received = Arc::default();
+        let seen = received.clone();
+        let app = axum::Router::new().route(
+            "/api/v1/write",
+            post(move |headers: HeaderMap, body: Bytes| {
+                let status = statuses.lock().unwrap().pop_front().unwrap_or(204);
+                seen.lock().unwrap().push((headers, body));
+                async move { axum::http::StatusCode::from_u16(status).unwrap() }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (format!("http://{address}/api/v1/write"), received)
+    }
+
+    fn shared(dir: &std::path::Path) -> Arc<Shared> {
+        AppState::new(Settings {
+            dirs: vec![dir.to_path_buf()],
+            subdirectories_label: None,
+            link_policy: LinkPolicy::default(),
+            memory_budget: None,
+            writer_policy: WriterPolicy::default(),
+            dead_files_warning: 1000,
+            telemetry_path: "/metrics".into(),
+            exporter_metrics: true,
+            openmetrics: true,
+            negotiation: Negotiation::Safe,
+            directory_warn_interval: Duration::from_secs(60),
+            config_path: None,
+            config: Config::default(),
+        })
+        .0
+    }
+
+    fn self_metrics_text(shared: &Shared) -> String {
+        String::from_utf8(crate::expose::encode::encode(
+            &shared.self_metrics.families(),
+            crate::expose::encode::Format::Text,
+            crate::expose::encode::Escaping::Underscores,
+        ))
+        .unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn retries_429_and_5xx_drops_other_4xx_and_sends_in_order() {
+        let (url, received) = receiver(vec![503, 429, 204, 400]).await;
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, "s3cret\n").unwrap();
+        let shared = shared(dir.path());
+        let settings = PushSettings {
+            url: url.parse().unwrap(),
+            interval: Duration::from_millis(50),
+            timeout: Duration::from_secs(5),
+            queue_capacity: 100,
+            max_backoff: Duration::from_millis(50),
+            flush_deadline: Duration::from_secs(2),
+            labels: vec![("pod".into(), "p-1".into())],
+            authorization: Some(Authorization::BearerTokenFile(token)),
+            ca_file: None,
+        };
+        let (stop, stopped) = watch::channel(false);
+        let pusher = start(shared.clone(), settings, stopped).unwrap();
+        for _ in 0..200 {
+            if received.lock().unwrap().len() >= 6 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        stop.send(true).unwrap();
+        pusher.await.unwrap();
+
+        let received = received.lock().unwrap().clone();
+        assert!(received.len() >= 6, "{}", received.len());
+        // The first collection was sent three times (503, 429, then accepted).
+        assert_eq!(received[0].1, received[1].1);
+        assert_eq!(received[1].1, received[2].1);
+        assert_ne!(received[2].1, received[3].1);
+        let mut last = 0;
+        for (headers, body) in &received {
+            assert_eq!(headers["content-encoding"], "snappy");
+            assert_eq!(headers["content-type"], "application/x-protobuf");
+            assert_eq!(headers["x-prometheus-remote-write-version"], "0.1.0");
+            assert_eq!(headers["authorization"], "Bearer s3cret");
+            let request = remote_write::decode(body).unwrap();
+            assert!(!request.timeseries.is_empty());
+            let timestamp = request.timeseries[0].samples[0].timestamp;
+            assert!(timestamp >= last, "out of order");
+            last = timestamp;
+            for series in &request.timeseries {
+                assert!(series
+                    .labels
+                    .iter()
+                    .any(|l| l.name == "pod" && l.value == "p-1"));
+            }
+        }
+        let text = self_metrics_text(&shared);
+        for line in [
+            "multiproc_exporter_push_failures_total{reason=\"http_5xx\"} 1.0\n",
+            "multiproc_exporter_push_failures_total{reason=\"http_429\"} 1.0\n",
+            "multiproc_exporter_push_failures_total{reason=\"http_4xx\"} 1.0\n",
+            "multiproc_exporter_push_collections_dropped_total{reason=\"rejected\"} 1.0\n",
+            "multiproc_exporter_push_collections_dropped_total{reason=\"shutdown\"} 0.0\n",
+            "multiproc_exporter_push_queue_length 0.0\n",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+        let accepted = received.len() as f64 - 3.0;
+        assert!(text.contains(&format!(
+            "multiproc_exporter_push_requests_sent_total {accepted:?}\n"
+        )));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn what_the_flush_deadline_leaves_is_counted_at_shutdown() {
+        // Nothing listens: every attempt fails to connect.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = tempfile::tempdir().unwrap();
+        let shared = shared(dir.path());
+        let settings = PushSettings {
+            url: format!("http://127.0.0.1:{port}/api/v1/write")
+                .parse()
+                .unwrap(),
+            interval: Duration::from_millis(20),
+            timeout: Duration::from_secs(1),
+            queue_capacity: 3,
+            max_backoff: Duration::from_millis(20),
+            flush_deadline: Duration::from_millis(100),
+            labels: Vec::new(),
+            authorization: None,
+            ca_file: None,
+        };
+        let (stop, stopped) = watch::channel(false);
+        let pusher = start(shared.clone(), settings, stopped).unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        stop.send(true).unwrap();
+        pusher.await.unwrap();
+        let text = self_metrics_text(&shared);
+        for line in [
+            "multiproc_exporter_push_collections_dropped_total{reason=\"shutdown\"} 3.0\n",
+            "multiproc_exporter_push_queue_length 0.0\n",
+            "multiproc_exporter_push_requests_sent_total 0.0\n",
+            "multiproc_exporter_push_last_success_timestamp_seconds 0.0\n",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+        assert!(!text.contains(
+            "multiproc_exporter_push_collections_dropped_total{reason=\"queue_full\"} 0.0\n"
+        ));
+        assert!(
+            !text.contains("multiproc_exporter_push_failures_total{reason=\"connection\"} 0.0\n")
+        );
+    }
+}
