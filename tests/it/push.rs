@@ -4,7 +4,10 @@
 //! the values and labels `/metrics` serves; while the receiver is down the
 //! collections wait in the queue and all arrive once it is back (each
 //! pushed timestamp and value checked), and with a small queue the
-//! collections beyond its bound are dropped and counted.
+//! collections beyond its bound are dropped and counted. Over TLS with basic
+//! authentication (Prometheus's `--web.config.file`), the right credentials
+//! and CA push, a wrong password is refused (401, dropped, logged once) and
+//! an untrusted certificate fails as a connection error.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -13,8 +16,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::support::exposition::Exposition;
 use crate::support::monitoring::{eventually, free_port, Prometheus};
+use crate::support::web::{bcrypt_hash, Pki};
 use crate::support::{merged_part, python, repo_root, sample_value, set_value, tool};
-use crate::support::{write_counter, Exporter};
+use crate::support::{wait_for, write_counter, Exporter};
 
 /// Prometheus only receives: no scrape configuration.
 const CONFIG: &str = "global:\n  scrape_interval: 1m\n";
@@ -238,4 +242,116 @@ fn prometheus_receives_the_pushed_series_and_the_queue_outlives_an_outage() {
         "{:#?}",
         roomy.logs()
     );
+}
+
+#[test]
+fn pushes_over_tls_with_basic_auth_and_counts_refusals() {
+    let Some(prometheus_bin) = tool("prometheus") else {
+        return;
+    };
+    if tool("openssl").is_none() {
+        return;
+    }
+    let work = tempfile::tempdir().expect("tempdir");
+    let pki = Pki::new(&work.path().join("pki"));
+    let web_config = pki.path("web.yml");
+    std::fs::write(
+        &web_config,
+        format!(
+            "tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\n\
+             basic_auth_users:\n  push: {}\n",
+            bcrypt_hash("push-secret")
+        ),
+    )
+    .expect("web.yml");
+    let prometheus_work = work.path().join("prometheus");
+    std::fs::create_dir(&prometheus_work).expect("mkdir");
+    let port = free_port();
+    let web_config_flag = format!("--web.config.file={}", web_config.display());
+    let _prometheus = Prometheus::start_with(
+        &prometheus_bin,
+        &prometheus_work,
+        CONFIG,
+        port,
+        &["--web.enable-remote-write-receiver", &web_config_flag],
+    );
+    let dir = work.path().join("metrics");
+    std::fs::create_dir(&dir).expect("mkdir");
+    write_counter(&dir, "1", 5.0);
+    let password = work.path().join("password");
+    std::fs::write(&password, "push-secret\n").expect("password");
+    let wrong = work.path().join("wrong");
+    std::fs::write(&wrong, "guess\n").expect("password");
+    let url = format!("https://127.0.0.1:{port}/api/v1/write");
+    let ca = pki.arg("ca.pem");
+    let push = |password: &Path, ca: Option<&str>| {
+        let mut args = vec![
+            "--dir",
+            dir.to_str().expect("utf-8"),
+            "--push.remote-write-url",
+            &url,
+            "--push.interval",
+            "200ms",
+            "--push.max-backoff",
+            "200ms",
+            "--push.basic-auth.username",
+            "push",
+            "--push.basic-auth.password-file",
+            password.to_str().expect("utf-8"),
+        ];
+        if let Some(ca) = ca {
+            args.extend(["--push.tls.ca-file", ca]);
+        }
+        Exporter::start(&args)
+    };
+    let good = push(&password, Some(&ca));
+    let refused = push(&wrong, Some(&ca));
+    let untrusted = push(&password, None);
+    let value = |exporter: &Exporter, series: &str| {
+        sample_value(&exporter.metrics(), series).unwrap_or_default()
+    };
+    wait_for("pushes to be accepted over TLS", || {
+        (value(&good, "multiproc_exporter_push_requests_sent_total") >= 2.0).then_some(())
+    });
+    wait_for("a wrong password to be refused", || {
+        (value(
+            &refused,
+            "multiproc_exporter_push_collections_dropped_total{reason=\"rejected\"}",
+        ) >= 2.0)
+            .then_some(())
+    });
+    wait_for("an untrusted certificate to fail", || {
+        (value(
+            &untrusted,
+            "multiproc_exporter_push_failures_total{reason=\"connection\"}",
+        ) >= 2.0)
+            .then_some(())
+    });
+    let body = good.metrics();
+    for series in [
+        "multiproc_exporter_push_failures_total{reason=\"connection\"}",
+        "multiproc_exporter_push_failures_total{reason=\"http_4xx\"}",
+    ] {
+        assert_eq!(sample_value(&body, series), Some(0.0), "{series}");
+    }
+    assert_eq!(
+        value(&refused, "multiproc_exporter_push_requests_sent_total"),
+        0.0
+    );
+    assert_eq!(
+        value(&untrusted, "multiproc_exporter_push_requests_sent_total"),
+        0.0
+    );
+    // One log line for the failing state, however many attempts failed.
+    let failing = "Pushing fails: the remote-write receiver did not accept a request.";
+    let logged = refused.logs_with(failing);
+    assert_eq!(logged.len(), 1, "{:#?}", refused.logs());
+    assert!(
+        logged[0]["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("401"),
+        "{logged:?}"
+    );
+    assert_eq!(untrusted.logs_with(failing).len(), 1);
 }

@@ -278,8 +278,14 @@ impl Prometheus {
             if let Ok(Some(status)) = prometheus.child.try_wait() {
                 panic!("prometheus exited with {status}: {}", prometheus.log());
             }
+            // Behind TLS (`--web.config.file`) the port answering is enough.
+            let tls = extra_args
+                .iter()
+                .any(|a| a.starts_with("--web.config.file"));
             if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-                && crate::support::get(&format!("{}/-/ready", prometheus.base), &[]).status == 200
+                && (tls
+                    || crate::support::get(&format!("{}/-/ready", prometheus.base), &[]).status
+                        == 200)
             {
                 return prometheus;
             }
