@@ -315,6 +315,115 @@ pub struct LogFlags {
     pub log_level: LogLevel,
 }
 
+/// Pushing with Prometheus remote write (`serve`), for clusters where
+/// Prometheus cannot reach the pod (docs/sources.md).
+#[derive(Debug, Clone, Default, Args)]
+pub struct PushFlags {
+    /// Push what the metrics path serves, every --push.interval, to this
+    /// Prometheus remote-write 1.0 receiver (e.g.
+    /// `http://prometheus:9090/api/v1/write` of a Prometheus started with
+    /// `--web.enable-remote-write-receiver`, or Mimir, Thanos, VictoriaMetrics).
+    /// Off when not given.
+    #[arg(
+        long = "push.remote-write-url",
+        env = "MULTIPROC_EXPORTER_PUSH_REMOTE_WRITE_URL",
+        value_name = "URL"
+    )]
+    pub remote_write_url: Option<String>,
+    /// Time between two collections pushed.
+    #[arg(
+        long = "push.interval",
+        env = "MULTIPROC_EXPORTER_PUSH_INTERVAL",
+        value_name = "DURATION",
+        value_parser = parse_duration,
+        default_value = "15s"
+    )]
+    pub interval: Duration,
+    /// Time allowed for one remote-write request.
+    #[arg(
+        long = "push.timeout",
+        env = "MULTIPROC_EXPORTER_PUSH_TIMEOUT",
+        value_name = "DURATION",
+        value_parser = parse_duration,
+        default_value = "10s"
+    )]
+    pub timeout: Duration,
+    /// Collections kept while the receiver cannot take them (down, slow,
+    /// answering 429 or 5xx); when full, the oldest is dropped and counted
+    /// (multiproc_exporter_push_collections_dropped_total). The default
+    /// keeps an hour at the default interval.
+    #[arg(
+        long = "push.queue-capacity",
+        env = "MULTIPROC_EXPORTER_PUSH_QUEUE_CAPACITY",
+        value_name = "N",
+        default_value_t = 240
+    )]
+    pub queue_capacity: usize,
+    /// The longest wait between two retries of a failed request (the wait
+    /// starts at 100ms and doubles).
+    #[arg(
+        long = "push.max-backoff",
+        env = "MULTIPROC_EXPORTER_PUSH_MAX_BACKOFF",
+        value_name = "DURATION",
+        value_parser = parse_duration,
+        default_value = "5s"
+    )]
+    pub max_backoff: Duration,
+    /// At shutdown, time allowed to push a last collection and what is
+    /// still queued.
+    #[arg(
+        long = "push.flush-deadline",
+        env = "MULTIPROC_EXPORTER_PUSH_FLUSH_DEADLINE",
+        value_name = "DURATION",
+        value_parser = parse_duration,
+        default_value = "5s"
+    )]
+    pub flush_deadline: Duration,
+    /// A label added to every pushed series that lacks it, as `NAME=VALUE`
+    /// (like Prometheus's `external_labels`; a scrape's `job` and
+    /// `instance` do not exist when pushing, so name the pod here).
+    /// Repeatable; comma-separated in the environment variable.
+    #[arg(
+        long = "push.label",
+        env = "MULTIPROC_EXPORTER_PUSH_LABEL",
+        value_name = "NAME=VALUE",
+        value_delimiter = ','
+    )]
+    pub labels: Vec<String>,
+    /// User name for HTTP basic authentication (with
+    /// --push.basic-auth.password-file).
+    #[arg(
+        long = "push.basic-auth.username",
+        env = "MULTIPROC_EXPORTER_PUSH_BASIC_AUTH_USERNAME",
+        value_name = "NAME"
+    )]
+    pub basic_auth_username: Option<String>,
+    /// File holding the basic authentication password (read at every
+    /// request, so a rotated secret applies).
+    #[arg(
+        long = "push.basic-auth.password-file",
+        env = "MULTIPROC_EXPORTER_PUSH_BASIC_AUTH_PASSWORD_FILE",
+        value_name = "FILE"
+    )]
+    pub basic_auth_password_file: Option<PathBuf>,
+    /// File holding a bearer token sent as `Authorization: Bearer` (read at
+    /// every request).
+    #[arg(
+        long = "push.bearer-token-file",
+        env = "MULTIPROC_EXPORTER_PUSH_BEARER_TOKEN_FILE",
+        value_name = "FILE"
+    )]
+    pub bearer_token_file: Option<PathBuf>,
+    /// PEM file of certificate authorities trusted for an `https://`
+    /// receiver, besides the Mozilla roots built in.
+    #[arg(
+        long = "push.tls.ca-file",
+        env = "MULTIPROC_EXPORTER_PUSH_TLS_CA_FILE",
+        value_name = "FILE"
+    )]
+    pub ca_file: Option<PathBuf>,
+}
+
 /// Flags of `serve` (and of the command line without a subcommand).
 #[derive(Debug, Clone, Args)]
 pub struct ServeFlags {
@@ -370,6 +479,10 @@ pub struct ServeFlags {
     /// Logging.
     #[command(flatten)]
     pub log: LogFlags,
+
+    /// Pushing with remote write.
+    #[command(flatten)]
+    pub push: Box<PushFlags>,
 }
 
 /// A duration flag: `10s`, `500ms`, `2m`, `1h30m`; `0` disables.

@@ -10,9 +10,10 @@ use std::time::Duration;
 use axum::http::Uri;
 
 use super::flags::{
-    ConfigFlags, DirectoryFlags, LivenessArg, NegotiationArg, ServeFlags, WebFlags,
+    ConfigFlags, DirectoryFlags, LivenessArg, NegotiationArg, PushFlags, ServeFlags, WebFlags,
 };
 use crate::expose::negotiate::Negotiation;
+use crate::server::push::{Authorization, PushSettings};
 use crate::server::{ServeSettings, Settings, DEFAULT_LISTEN_ADDRESS};
 use crate::source::budget::{default_budget, process_memory_limit};
 use crate::source::link_policy::LinkPolicy;
@@ -197,6 +198,7 @@ impl ServeFlags {
         settings.app.dead_files_warning = self.dead_files_warning;
         settings.app.directory_warn_interval =
             timeout(self.warn_interval).unwrap_or(Duration::from_secs(u64::from(u32::MAX)));
+        settings.push = self.push.validate()?;
         Ok(settings)
     }
 }
@@ -249,7 +251,91 @@ pub(crate) fn serve_settings(
         read_header_timeout: timeout(web.read_header_timeout),
         idle_timeout: timeout(web.idle_timeout),
         write_timeout: timeout(web.write_timeout),
+        push: None,
     })
+}
+
+impl PushFlags {
+    /// The push settings, `None` without `--push.remote-write-url`.
+    pub(crate) fn validate(&self) -> Result<Option<PushSettings>, String> {
+        let Some(url) = self.remote_write_url.as_deref().filter(|u| !u.is_empty()) else {
+            return Ok(None);
+        };
+        let bad = |why: &str| format!("Invalid --push.remote-write-url {url:?}: {why}.");
+        let uri: Uri = url.parse().map_err(|e| bad(&format!("{e}")))?;
+        if !matches!(uri.scheme_str(), Some("http" | "https")) {
+            return Err(bad("the scheme must be http or https"));
+        }
+        let Some(authority) = uri.authority() else {
+            return Err(bad("no host"));
+        };
+        if authority.as_str().contains('@') {
+            return Err(bad(
+                "credentials go in --push.basic-auth.* or --push.bearer-token-file, not in the URL",
+            ));
+        }
+        if self.interval.is_zero() {
+            return Err("--push.interval must be more than 0.".to_owned());
+        }
+        if self.timeout.is_zero() {
+            return Err("--push.timeout must be more than 0.".to_owned());
+        }
+        if self.queue_capacity == 0 {
+            return Err("--push.queue-capacity must be at least 1.".to_owned());
+        }
+        let mut labels: Vec<(String, String)> = Vec::new();
+        for label in &self.labels {
+            let Some((name, value)) = label.split_once('=') else {
+                return Err(format!("Invalid --push.label {label:?}: write NAME=VALUE."));
+            };
+            if let Some(problem) = label_name_problem(name) {
+                return Err(format!("Invalid --push.label {label:?}: {problem}."));
+            }
+            if name.starts_with("__") {
+                return Err(format!(
+                    "Invalid --push.label {label:?}: names starting with __ are reserved."
+                ));
+            }
+            if labels.iter().any(|(n, _)| n == name) {
+                return Err(format!("--push.label {name:?} is given twice."));
+            }
+            labels.push((name.to_owned(), value.to_owned()));
+        }
+        let authorization =
+            match (
+                &self.basic_auth_username,
+                &self.basic_auth_password_file,
+                &self.bearer_token_file,
+            ) {
+                (None, None, None) => None,
+                (Some(username), Some(password_file), None) => Some(Authorization::Basic {
+                    username: username.clone(),
+                    password_file: absolute(password_file),
+                }),
+                (None, None, Some(token)) => Some(Authorization::BearerTokenFile(absolute(token))),
+                (_, _, Some(_)) => {
+                    return Err(
+                        "Give either --push.basic-auth.* or --push.bearer-token-file, not both."
+                            .to_owned(),
+                    )
+                }
+                _ => return Err(
+                    "--push.basic-auth.username and --push.basic-auth.password-file go together."
+                        .to_owned(),
+                ),
+            };
+        Ok(Some(PushSettings {
+            url: uri,
+            interval: self.interval,
+            timeout: self.timeout,
+            queue_capacity: self.queue_capacity,
+            max_backoff: self.max_backoff,
+            flush_deadline: self.flush_deadline,
+            labels,
+            authorization,
+            ca_file: self.ca_file.as_deref().map(absolute),
+        }))
+    }
 }
 
 /// A timeout flag's value: zero means none.
@@ -343,6 +429,52 @@ mod tests {
             .validate()
             .unwrap_err()
             .contains("--dir.compact-dead-writers"));
+    }
+
+    #[test]
+    fn push_flags() {
+        let flags = PushFlags {
+            remote_write_url: Some("http://prometheus:9090/api/v1/write".into()),
+            interval: Duration::from_secs(15),
+            timeout: Duration::from_secs(10),
+            queue_capacity: 4,
+            labels: vec!["pod=p-1".into(), "cluster=".into()],
+            bearer_token_file: Some("/token".into()),
+            ..PushFlags::default()
+        };
+        let push = flags.validate().unwrap().unwrap();
+        assert_eq!(
+            push.labels,
+            [
+                ("pod".into(), "p-1".into()),
+                ("cluster".into(), String::new())
+            ]
+        );
+        assert_eq!(
+            push.authorization,
+            Some(Authorization::BearerTokenFile("/token".into()))
+        );
+        assert!(PushFlags::default().validate().unwrap().is_none());
+        let wrong = |change: fn(&mut PushFlags)| {
+            let mut f = flags.clone();
+            change(&mut f);
+            f.validate().unwrap_err()
+        };
+        assert!(wrong(|f| f.remote_write_url = Some("ftp://x/".into())).contains("scheme"));
+        assert!(
+            wrong(|f| f.remote_write_url = Some("https://u:p@x/".into())).contains("basic-auth")
+        );
+        assert!(wrong(|f| f.labels = vec!["x".into()]).contains("NAME=VALUE"));
+        assert!(wrong(|f| f.labels = vec!["__x=1".into()]).contains("reserved"));
+        assert!(wrong(|f| f.labels = vec!["a-b=1".into()]).contains("--push.label"));
+        assert!(wrong(|f| f.queue_capacity = 0).contains("--push.queue-capacity"));
+        assert!(wrong(|f| f.interval = Duration::ZERO).contains("--push.interval"));
+        assert!(wrong(|f| f.basic_auth_username = Some("u".into())).contains("not both"));
+        assert!(wrong(|f| {
+            f.bearer_token_file = None;
+            f.basic_auth_username = Some("u".into());
+        })
+        .contains("go together"));
     }
 
     #[test]

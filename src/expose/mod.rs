@@ -2,11 +2,13 @@
 //! OpenMetrics encoders ([`encode`]), HTTP content negotiation as
 //! prometheus_client does it ([`negotiate`]), the families as typed JSON
 //! ([`json`]), re-encoding only what changed since the last body
-//! ([`memo`]), and the inverse of the encoders, parsing an upstream's
-//! exposition back into families ([`parse`]). No I/O.
+//! ([`memo`]), as a Prometheus remote-write request ([`remote_write`]), and
+//! the inverse of the encoders, parsing an upstream's exposition back into
+//! families ([`parse`]). No I/O.
 
 pub mod encode;
 pub mod json;
 pub mod memo;
 pub mod negotiate;
 pub mod parse;
+pub mod remote_write;

@@ -11,6 +11,8 @@
 //!   scrapes finish). Scrapes go through [`crate::pipeline`] (`scrape`, which
 //!   coalesces concurrent ones); the HTTP plumbing is `http`, the web
 //!   configuration `web_config`, the exporter's own telemetry `telemetry`.
+//! * [`push`]: with `--push.remote-write-url`, the served metrics are also
+//!   pushed with Prometheus remote write on an interval.
 //!
 //! The server starts serving at once, even when no metrics directory exists
 //! yet (vLLM creates its files only after engine start-up): scrapes then
@@ -19,6 +21,7 @@
 
 mod api;
 mod http;
+pub mod push;
 mod scrape;
 mod status_page;
 mod telemetry;
@@ -446,6 +449,8 @@ pub struct ServeSettings {
     pub idle_timeout: Option<Duration>,
     /// Time from a request's headers to the last byte of its response.
     pub write_timeout: Option<Duration>,
+    /// Pushing with remote write (`--push.*`), if on.
+    pub push: Option<push::PushSettings>,
 }
 
 /// Runs the server until SIGTERM or SIGINT; the process exit code. Logging
@@ -483,6 +488,7 @@ pub async fn serve(settings: ServeSettings) -> ExitCode {
         read_header_timeout,
         idle_timeout,
         write_timeout,
+        push: push_settings,
     } = settings;
     let self_metrics = self_metrics::SelfMetrics::new(settings.exporter_metrics);
     let web = match web_config::WebSettings::load(web_config_path.clone(), self_metrics.web.clone())
@@ -542,6 +548,18 @@ pub async fn serve(settings: ServeSettings) -> ExitCode {
     );
 
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+    let pusher = match push_settings {
+        None => None,
+        Some(push_settings) => {
+            match push::start(state.0.clone(), push_settings, shutdown_rx.clone()) {
+                Ok(pusher) => Some(pusher),
+                Err(e) => {
+                    tracing::error!("Cannot push: {e}.");
+                    return ExitCode::from(2);
+                }
+            }
+        }
+    };
     let watcher = tokio::spawn(watch::run(state.0.clone(), shutdown_rx.clone()));
     let web_watcher = tokio::spawn(web.clone().watch(shutdown_rx.clone()));
     let metrics = web.metrics().clone();
@@ -597,6 +615,10 @@ pub async fn serve(settings: ServeSettings) -> ExitCode {
             tracing::error!(error = %e, "Server task failed.");
             code = ExitCode::from(1);
         }
+    }
+    if let Some(pusher) = pusher {
+        tracing::info!("Pushing the last collection.");
+        let _ = pusher.await;
     }
     let _ = watcher.await;
     let _ = web_watcher.await;

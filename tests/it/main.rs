@@ -41,6 +41,7 @@ mod deploy_prometheus;
 mod first_hour;
 mod negotiation_e2e;
 mod prometheus_e2e;
+mod push;
 mod queries_e2e;
 mod ray;
 mod ray_agent;

@@ -27,6 +27,7 @@ use crate::source::{Problem, SkipReason};
 
 use crate::pipeline::lifecycle::WriterReport;
 use crate::server::telemetry::families::FamilyList;
+use crate::server::telemetry::push_metrics::PushMetrics;
 use crate::server::telemetry::web_metrics::WebMetrics;
 use crate::server::telemetry::writer_metrics::WriterMetrics;
 use crate::source::writers::procfs::{ProcessStats, PROC};
@@ -61,6 +62,8 @@ pub(crate) struct SelfMetrics {
     pub(crate) web: WebMetrics,
     /// The writer processes (the directory hygiene report).
     writers: WriterMetrics,
+    /// Pushing (`--push.*`; present only when it is on).
+    pub(crate) push: PushMetrics,
 }
 
 /// Every `reason` label value of `multiproc_exporter_scrape_files_skipped`
@@ -104,6 +107,7 @@ impl SelfMetrics {
             subdirectory_conflicts: Family::default(),
             web: WebMetrics::new(),
             writers: WriterMetrics::default(),
+            push: PushMetrics::default(),
         };
         for reason in skip_reasons() {
             m.files_skipped
@@ -302,6 +306,7 @@ impl SelfMetrics {
         );
         self.web.add_families(&mut out);
         self.writers.add_families(p, &mut out);
+        self.push.add_families(p, &mut out);
         if self.subdirectory_metrics {
             out.gauge(
                 &format!("{p}scrape_subdirectories"),

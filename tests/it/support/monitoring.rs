@@ -4,7 +4,7 @@
 //! start a real Prometheus server (Debian's `prometheus` package; find it
 //! with `support::tool("prometheus")`) and query it: used by every test that
 //! runs Prometheus (`prometheus_e2e`, `deploy_prometheus`, `queries_e2e`,
-//! `rules_and_dashboards`, `tls`).
+//! `rules_and_dashboards`, `tls`, `push`).
 #![allow(dead_code)]
 
 pub(crate) use super::eventually;
@@ -238,7 +238,18 @@ impl Prometheus {
     /// Starts `binary` with `config` (the text of prometheus.yml) and its data
     /// in `work`, and waits until it is ready.
     pub(crate) fn start(binary: &Path, work: &Path, config: &str) -> Prometheus {
-        let port = free_port();
+        Self::start_with(binary, work, config, free_port(), &[])
+    }
+
+    /// Like [`Prometheus::start`], on `port` and with extra flags (a restart
+    /// on the same data and port, the remote-write receiver).
+    pub(crate) fn start_with(
+        binary: &Path,
+        work: &Path,
+        config: &str,
+        port: u16,
+        extra_args: &[&str],
+    ) -> Prometheus {
         let config_path = work.join("prometheus.yml");
         std::fs::File::create(&config_path)
             .and_then(|mut f| f.write_all(config.as_bytes()))
@@ -251,6 +262,7 @@ impl Prometheus {
                 work.join("tsdb").display()
             ))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .args(extra_args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log file"))
@@ -266,8 +278,14 @@ impl Prometheus {
             if let Ok(Some(status)) = prometheus.child.try_wait() {
                 panic!("prometheus exited with {status}: {}", prometheus.log());
             }
+            // Behind TLS (`--web.config.file`) the port answering is enough.
+            let tls = extra_args
+                .iter()
+                .any(|a| a.starts_with("--web.config.file"));
             if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-                && crate::support::get(&format!("{}/-/ready", prometheus.base), &[]).status == 200
+                && (tls
+                    || crate::support::get(&format!("{}/-/ready", prometheus.base), &[]).status
+                        == 200)
             {
                 return prometheus;
             }
@@ -294,6 +312,35 @@ impl Prometheus {
             return Err(format!("HTTP {}: {body}", reply.status));
         }
         Ok(body["data"].clone())
+    }
+
+    /// The raw samples `(milliseconds, value)` of the one series a range
+    /// selector such as `name{a="b"}[5m]` matches (none when it matches no
+    /// series).
+    pub(crate) fn raw_samples(&self, range_selector: &str) -> Vec<(i64, f64)> {
+        let data = self
+            .api(&format!(
+                "/api/v1/query?query={}",
+                percent_encode(range_selector)
+            ))
+            .unwrap_or_else(|e| panic!("{range_selector}: {e}"));
+        assert_eq!(data["resultType"], "matrix", "{data}");
+        let series = data["result"].as_array().expect("result");
+        assert!(series.len() <= 1, "{range_selector}: {data}");
+        series
+            .first()
+            .map(|s| {
+                s["values"]
+                    .as_array()
+                    .expect("values")
+                    .iter()
+                    .map(|v| {
+                        let ms = (v[0].as_f64().expect("time") * 1000.0).round() as i64;
+                        (ms, v[1].as_str().expect("value").parse().expect("number"))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Runs an instant query: `(labels, value)` of every series, or the

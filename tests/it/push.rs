@@ -1,0 +1,357 @@
+//! Pushing with remote write (`--push.*`) to a real Prometheus (Debian's
+//! `prometheus`, started with `--web.enable-remote-write-receiver`): the
+//! series written by real prometheus_client processes arrive with exactly
+//! the values and labels `/metrics` serves; while the receiver is down the
+//! collections wait in the queue and all arrive once it is back (each
+//! pushed timestamp and value checked), and with a small queue the
+//! collections beyond its bound are dropped and counted. Over TLS with basic
+//! authentication (Prometheus's `--web.config.file`), the right credentials
+//! and CA push, a wrong password is refused (401, dropped, logged once) and
+//! an untrusted certificate fails as a connection error.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::support::exposition::Exposition;
+use crate::support::monitoring::{eventually, free_port, Prometheus};
+use crate::support::web::{bcrypt_hash, Pki};
+use crate::support::{merged_part, python, repo_root, sample_value, set_value, tool};
+use crate::support::{wait_for, write_counter, Exporter};
+
+/// Prometheus only receives: no scrape configuration.
+const CONFIG: &str = "global:\n  scrape_interval: 1m\n";
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64
+}
+
+fn start_prometheus(binary: &Path, work: &Path, port: u16) -> Prometheus {
+    Prometheus::start_with(
+        binary,
+        work,
+        CONFIG,
+        port,
+        &["--web.enable-remote-write-receiver"],
+    )
+}
+
+fn pushing_exporter(dir: &str, url: &str, name: &str, queue_capacity: &str) -> Exporter {
+    Exporter::start(&[
+        "--dir",
+        dir,
+        "--writers.liveness",
+        "off",
+        "--push.remote-write-url",
+        url,
+        "--push.interval",
+        "500ms",
+        "--push.max-backoff",
+        "200ms",
+        "--push.queue-capacity",
+        queue_capacity,
+        "--push.label",
+        &format!("exporter={name}"),
+    ])
+}
+
+/// A self-metric's value on the exporter's `/metrics`.
+fn self_metric(exporter: &Exporter, series: &str) -> f64 {
+    let body = exporter.metrics();
+    sample_value(&body, series).unwrap_or_else(|| panic!("no {series} in\n{body}"))
+}
+
+/// A PromQL selector for one sample of the exposition, with `exporter`.
+fn selector(name: &str, labels: &BTreeMap<String, String>, exporter: &str) -> String {
+    let mut selector = format!("{{__name__=\"{name}\",exporter=\"{exporter}\"");
+    for (n, v) in labels {
+        selector.push_str(&format!(
+            ",{n}=\"{}\"",
+            v.replace('\\', "\\\\").replace('"', "\\\"")
+        ));
+    }
+    selector.push('}');
+    selector
+}
+
+#[test]
+fn prometheus_receives_the_pushed_series_and_the_queue_outlives_an_outage() {
+    let Some(python) = python() else { return };
+    let Some(prometheus_bin) = tool("prometheus") else {
+        return;
+    };
+    let work = tempfile::tempdir().expect("tempdir");
+    let metrics_dir = work.path().join("multiproc");
+    std::fs::create_dir(&metrics_dir).expect("mkdir");
+    let writer = Command::new(&python)
+        .arg(repo_root().join("tests/python/vllm_load.py"))
+        .arg(&metrics_dir)
+        .args(["--processes", "2", "--ticks", "3", "--interval", "0.01"])
+        .output()
+        .expect("run the writers");
+    assert!(
+        writer.status.success(),
+        "{}",
+        String::from_utf8_lossy(&writer.stderr)
+    );
+    // A counter whose value the test changes while the receiver is down.
+    let (counter, offset) = write_counter(&metrics_dir, "100", 0.0);
+    let changing = "vllm:prompt_tokens_total{model_name=\"m\"";
+
+    let prometheus_work = work.path().join("prometheus");
+    std::fs::create_dir(&prometheus_work).expect("mkdir");
+    let port = free_port();
+    let prometheus = start_prometheus(&prometheus_bin, &prometheus_work, port);
+    let url = format!("http://127.0.0.1:{port}/api/v1/write");
+    let dir = metrics_dir.to_str().expect("utf-8 path");
+    let roomy = pushing_exporter(dir, &url, "a", "100");
+    let small = pushing_exporter(dir, &url, "b", "2");
+
+    // Every merged sample arrives with its labels and exact value.
+    let served = Exposition::parse(merged_part(&roomy.metrics()));
+    assert!(served.samples.len() > 20, "{served:?}");
+    for exporter in ["a", "b"] {
+        eventually(
+            &format!("the series of exporter {exporter}"),
+            Duration::from_secs(30),
+            || {
+                for sample in &served.samples {
+                    let selector = selector(&sample.name, &sample.labels, exporter);
+                    let found = prometheus.query(&selector)?;
+                    let [(labels, value)] = found.as_slice() else {
+                        return Err(format!("{selector}: {found:?}"));
+                    };
+                    let mut want: BTreeMap<String, String> = sample.labels.clone();
+                    want.insert("__name__".into(), sample.name.clone());
+                    want.insert("exporter".into(), exporter.into());
+                    let got: BTreeMap<String, String> =
+                        serde_json::from_value(labels.clone()).expect("labels");
+                    assert_eq!(got, want, "{selector}");
+                    if value.to_bits() != sample.value.to_bits() {
+                        return Err(format!("{selector}: {value} != {}", sample.value));
+                    }
+                }
+                Ok(())
+            },
+        );
+    }
+    // The self-metrics are pushed too.
+    assert_eq!(
+        prometheus.query_one("multiproc_exporter_push_queue_capacity{exporter=\"b\"}"),
+        Some(2.0)
+    );
+
+    // The receiver goes away for about five seconds while the counter
+    // changes every 1.2 s (about ten collections at 500ms).
+    let start = now_ms();
+    drop(prometheus);
+    let killed = now_ms();
+    for value in 1..=4 {
+        set_value(&counter, offset, f64::from(value));
+        std::thread::sleep(Duration::from_millis(1200));
+    }
+    let restarted = now_ms();
+    let prometheus = start_prometheus(&prometheus_bin, &prometheus_work, port);
+    eventually("the queue to empty", Duration::from_secs(30), || {
+        let queued = self_metric(&roomy, "multiproc_exporter_push_queue_length");
+        let newest = prometheus.raw_samples(&format!("{changing},exporter=\"a\"}}[1m]"));
+        match newest.last() {
+            Some(&(t, 4.0)) if queued == 0.0 && t > restarted => Ok(()),
+            last => Err(format!("queue {queued}, newest {last:?}")),
+        }
+    });
+    assert_eq!(
+        self_metric(
+            &roomy,
+            "multiproc_exporter_push_collections_dropped_total{reason=\"queue_full\"}"
+        ),
+        0.0
+    );
+    let dropped = self_metric(
+        &small,
+        "multiproc_exporter_push_collections_dropped_total{reason=\"queue_full\"}",
+    );
+    assert!(
+        self_metric(
+            &small,
+            "multiproc_exporter_push_samples_dropped_total{reason=\"queue_full\"}"
+        ) > 20.0 * dropped
+    );
+    // Nothing dropped after the outage: the counts hold from here on.
+    let a = prometheus.raw_samples(&format!("{changing},exporter=\"a\"}}[2m]"));
+    let b = prometheus.raw_samples(&format!("{changing},exporter=\"b\"}}[2m]"));
+    let end = a.last().expect("a").0.min(b.last().expect("b").0);
+
+    // Exporter a lost nothing: a sample every interval through the outage,
+    // in order, with every value the counter had.
+    let window: Vec<(i64, f64)> = a
+        .iter()
+        .copied()
+        .filter(|&(t, _)| t >= start - 1000 && t <= end)
+        .collect();
+    for pair in window.windows(2) {
+        let gap = pair[1].0 - pair[0].0;
+        assert!(
+            gap > 0 && gap < 2500,
+            "a gap of {gap} ms in exporter a's samples {window:?}"
+        );
+    }
+    let during: Vec<(i64, f64)> = window
+        .iter()
+        .copied()
+        .filter(|&(t, _)| t > killed && t < restarted)
+        .collect();
+    assert!(during.len() >= 4, "{during:?}");
+    for value in 1..=4 {
+        assert!(
+            during.iter().any(|&(_, v)| v == f64::from(value)),
+            "value {value} pushed during the outage is missing: {during:?}"
+        );
+    }
+    // Exporter b kept only what its queue holds (its newest collections,
+    // some perhaps made while Prometheus was starting again); the rest is
+    // counted.
+    let b_during = b
+        .iter()
+        .filter(|&&(t, _)| t > killed && t < restarted)
+        .count();
+    assert!(b_during <= 3, "{b:?}");
+    assert!(dropped >= 3.0, "dropped {dropped}");
+    let made_a = a.iter().filter(|&&(t, _)| t > killed && t <= end).count() as f64;
+    let arrived_b = b.iter().filter(|&&(t, _)| t > killed && t <= end).count() as f64;
+    eprintln!(
+        "outage {} ms: a pushed {during:?}; b kept {b_during}, dropped {dropped}; \
+         since: a made {made_a}, b arrived {arrived_b}",
+        restarted - killed
+    );
+    assert!(
+        (arrived_b + dropped - made_a).abs() <= 3.0,
+        "b: {arrived_b} arrived + {dropped} dropped, a: {made_a} made"
+    );
+
+    // At SIGTERM the last collection is pushed before the exporter exits.
+    let mut roomy = roomy;
+    roomy.signal("TERM");
+    assert!(roomy.wait_exit().success());
+    assert!(
+        roomy.find_log("Pushed the last collection.").is_some(),
+        "{:#?}",
+        roomy.logs()
+    );
+}
+
+#[test]
+fn pushes_over_tls_with_basic_auth_and_counts_refusals() {
+    let Some(prometheus_bin) = tool("prometheus") else {
+        return;
+    };
+    if tool("openssl").is_none() {
+        return;
+    }
+    let work = tempfile::tempdir().expect("tempdir");
+    let pki = Pki::new(&work.path().join("pki"));
+    let web_config = pki.path("web.yml");
+    std::fs::write(
+        &web_config,
+        format!(
+            "tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\n\
+             basic_auth_users:\n  push: {}\n",
+            bcrypt_hash("push-secret")
+        ),
+    )
+    .expect("web.yml");
+    let prometheus_work = work.path().join("prometheus");
+    std::fs::create_dir(&prometheus_work).expect("mkdir");
+    let port = free_port();
+    let web_config_flag = format!("--web.config.file={}", web_config.display());
+    let _prometheus = Prometheus::start_with(
+        &prometheus_bin,
+        &prometheus_work,
+        CONFIG,
+        port,
+        &["--web.enable-remote-write-receiver", &web_config_flag],
+    );
+    let dir = work.path().join("metrics");
+    std::fs::create_dir(&dir).expect("mkdir");
+    write_counter(&dir, "1", 5.0);
+    let password = work.path().join("password");
+    std::fs::write(&password, "push-secret\n").expect("password");
+    let wrong = work.path().join("wrong");
+    std::fs::write(&wrong, "guess\n").expect("password");
+    let url = format!("https://127.0.0.1:{port}/api/v1/write");
+    let ca = pki.arg("ca.pem");
+    let push = |password: &Path, ca: Option<&str>| {
+        let mut args = vec![
+            "--dir",
+            dir.to_str().expect("utf-8"),
+            "--push.remote-write-url",
+            &url,
+            "--push.interval",
+            "200ms",
+            "--push.max-backoff",
+            "200ms",
+            "--push.basic-auth.username",
+            "push",
+            "--push.basic-auth.password-file",
+            password.to_str().expect("utf-8"),
+        ];
+        if let Some(ca) = ca {
+            args.extend(["--push.tls.ca-file", ca]);
+        }
+        Exporter::start(&args)
+    };
+    let good = push(&password, Some(&ca));
+    let refused = push(&wrong, Some(&ca));
+    let untrusted = push(&password, None);
+    let value = |exporter: &Exporter, series: &str| {
+        sample_value(&exporter.metrics(), series).unwrap_or_default()
+    };
+    wait_for("pushes to be accepted over TLS", || {
+        (value(&good, "multiproc_exporter_push_requests_sent_total") >= 2.0).then_some(())
+    });
+    wait_for("a wrong password to be refused", || {
+        (value(
+            &refused,
+            "multiproc_exporter_push_collections_dropped_total{reason=\"rejected\"}",
+        ) >= 2.0)
+            .then_some(())
+    });
+    wait_for("an untrusted certificate to fail", || {
+        (value(
+            &untrusted,
+            "multiproc_exporter_push_failures_total{reason=\"connection\"}",
+        ) >= 2.0)
+            .then_some(())
+    });
+    let body = good.metrics();
+    for series in [
+        "multiproc_exporter_push_failures_total{reason=\"connection\"}",
+        "multiproc_exporter_push_failures_total{reason=\"http_4xx\"}",
+    ] {
+        assert_eq!(sample_value(&body, series), Some(0.0), "{series}");
+    }
+    assert_eq!(
+        value(&refused, "multiproc_exporter_push_requests_sent_total"),
+        0.0
+    );
+    assert_eq!(
+        value(&untrusted, "multiproc_exporter_push_requests_sent_total"),
+        0.0
+    );
+    // One log line for the failing state, however many attempts failed.
+    let failing = "Pushing fails: the remote-write receiver did not accept a request.";
+    let logged = refused.logs_with(failing);
+    assert_eq!(logged.len(), 1, "{:#?}", refused.logs());
+    assert!(
+        logged[0]["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("401"),
+        "{logged:?}"
+    );
+    assert_eq!(untrusted.logs_with(failing).len(), 1);
+}
