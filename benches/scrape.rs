@@ -1,6 +1,7 @@
 //! Criterion benchmarks of one scrape (read + merge + encode) on generated vLLM-like
-//! directories: 1, 16, 256 and 1,024 live processes of ~386 series each, and a high-churn
-//! directory (16 live processes plus the counter and histogram files of 1,024 dead ones).
+//! directories: 1, 16, 256, 1,024 and 4,096 live processes of ~386 series each, high-churn
+//! directories (16 live processes plus the counter and histogram files of 1,024 or 10,000
+//! dead ones), and one writer with 500,000 series (`cardinality`).
 //!
 //! ```text
 //! cargo bench --bench scrape                 # everything (a few minutes on 2 cores)
@@ -17,7 +18,9 @@
 //! * `dead_writers`: 16 live writers (real processes) alone, and with the files of 10,000
 //!   dead ones (`MPE_BENCH_DEAD`), liveness from /proc, in a directory unchanged for a few
 //!   seconds: dead writers' files are folded once, then not even looked up (`_folded`), or
-//!   merged in file order at every scrape (`_exact`, `--writers.exact-sums`).
+//!   merged in file order at every scrape (`_exact`, `--writers.exact-sums`);
+//! * `cardinality`: one writer with 500,000 counter series (per-request label values), a
+//!   warm reader's scrape and the encoding alone.
 //!
 //! Fixtures come from `benches/support/fixture.rs`, the generator `scripts/compare.py` uses
 //! through `examples/gen_fixture.rs`.
@@ -35,19 +38,24 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
 use multiproc_exporter::expose::encode::{encode, Escaping, Format};
-use multiproc_exporter::format::writer::{FileKind, MetricsFile};
+use multiproc_exporter::format::writer::{encode_key, file_bytes, FileKind, MetricsFile};
 use multiproc_exporter::pipeline::{Collection, Collector};
 use multiproc_exporter::source::writers::{LivenessMode, WriterPolicy};
 use multiproc_exporter::source::Input;
 
 /// The benchmarked directories: (label, live processes, dead processes).
-const CASES: [(&str, usize, usize); 5] = [
+const CASES: [(&str, usize, usize); 7] = [
     ("1", 1, 0),
     ("16", 16, 0),
     ("256", 256, 0),
     ("1024", 1024, 0),
+    ("4096", 4096, 0),
     ("churn_16+1024dead", 16, 1024),
+    ("churn_16+10000dead", 16, 10_000),
 ];
+
+/// Series of the one-writer high-cardinality case (`cardinality` group).
+const CARDINALITY_SERIES: usize = 500_000;
 
 /// A generated directory with a warm reader and writers to change values.
 struct Case {
@@ -296,12 +304,56 @@ fn bench_dead_writers(c: &mut Criterion) {
     group.finish();
 }
 
+/// One writer with [`CARDINALITY_SERIES`] counter series (per-request label
+/// values): a warm reader's scrape of the unchanged file, and the encoding of
+/// its body alone.
+fn bench_cardinality(c: &mut Criterion) {
+    let mut group = c.benchmark_group("cardinality");
+    configure(&mut group, 1024, 0);
+    group.throughput(Throughput::Elements(CARDINALITY_SERIES as u64));
+    let dir = fixture_dir();
+    let records: Vec<(String, f64)> = (0..CARDINALITY_SERIES)
+        .map(|i| {
+            let user = format!("user-{i}");
+            let route = format!("/api/v1/items/{}", i % 97);
+            let key = encode_key(
+                "hc_requests",
+                "hc_requests_total",
+                &[("user", &user), ("route", &route)],
+                "High-cardinality requests.",
+            );
+            (key, (i % 13 + 1) as f64)
+        })
+        .collect();
+    let bytes = file_bytes(
+        &records
+            .iter()
+            .map(|(key, value)| (key.as_str(), *value, 0.0))
+            .collect::<Vec<_>>(),
+    );
+    std::fs::write(dir.path().join(FileKind::Counter.file_name(1)), bytes)
+        .expect("write the fixture");
+    let inputs = vec![Input::Directory(dir.path().to_path_buf())];
+    let mut reader = Collector::new();
+    let first = reader.collect(&inputs);
+    assert_eq!(first.stats.records, CARDINALITY_SERIES);
+    group.bench_function("500k_series_scrape", |b| {
+        b.iter(|| black_box(scrape(&mut reader, &inputs).1.len()))
+    });
+    let families = reader.collect(&inputs).families;
+    group.bench_function("500k_series_encode", |b| {
+        b.iter(|| black_box(encode(&families, Format::Text, Escaping::Underscores).len()))
+    });
+    group.finish();
+}
+
 fn benches(c: &mut Criterion) {
     let fixtures = Fixtures::default();
     bench_steady(c, &fixtures);
     bench_unchanged(c, &fixtures);
     bench_cold(c, &fixtures);
     bench_dead_writers(c);
+    bench_cardinality(c);
 }
 
 fn main() {

@@ -5,7 +5,7 @@
 //! A scrape of a quiet directory, or of a large one where only some families
 //! moved, then costs a fingerprint per family and a copy, instead of
 //! formatting every float again. The bytes are exactly those of
-//! [`encode`](super::encode::encode): each family's text depends only on the
+//! [`encode`]: each family's text depends only on the
 //! family (and the format and escaping, fixed per memo), and the fingerprint
 //! covers everything the encoder reads (name, help, type, and every sample's
 //! name, labels and value bits), hashed with 128-bit XXH3.

@@ -767,10 +767,7 @@ impl Reader {
             self.next_generation += 1;
         }
         cached.parsed_until = cached.parsed_until.max(used);
-        // Only the used bytes: the pages past them (the file's preallocated
-        // tail) are never mapped, so the kernel's fault-around cannot make
-        // them resident in this process. A writer that appends records
-        // grows `used`, and the file is then read and mapped again.
+        // Only the used bytes: fault-around never brings the unused tail in.
         let map_len = used.min(file_len);
         if cached.map.as_ref().is_none_or(|m| m.len() != map_len) {
             cached.map = MappedFile::new(&file, map_len);
