@@ -92,6 +92,9 @@ const GZIP_HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
 /// samples than `max_bytes` over this make a body too large to keep.
 const MIN_SAMPLE_BYTES: usize = 48;
 
+/// Tails up to this long are stored, not compressed.
+const STORED_TAIL_MAX: usize = 256;
+
 /// A final deflate block with nothing in it (fixed Huffman codes, only the
 /// end-of-block code): what ends a body whose tail is empty.
 const EMPTY_FINAL_BLOCK: [u8; 2] = [0x03, 0x00];
@@ -291,6 +294,14 @@ fn assemble(
     out.extend_from_slice(&prefix.deflated);
     if tail.is_empty() {
         out.extend_from_slice(&EMPTY_FINAL_BLOCK);
+    } else if tail.len() <= STORED_TAIL_MAX {
+        // A final stored block (the prefix ended on a byte boundary): no
+        // compressor to reset for OpenMetrics' `# EOF` alone.
+        let len = tail.len() as u16;
+        out.push(0x01);
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(&(!len).to_le_bytes());
+        out.extend_from_slice(tail);
     } else {
         compressor.reset();
         deflate(compressor, tail, &mut out, FlushCompress::Finish)?;
@@ -441,7 +452,9 @@ mod tests {
         let mut memo = EncodeMemo::new(Format::OpenMetrics, Escaping::Underscores, 1 << 20);
         let merged: Vec<f64> = (0..500).map(f64::from).collect();
         for own in [1.0, 2.0, 3.0] {
-            let families = vec![family("merged", &merged), family("own", &[own])];
+            // A short tail is stored, a long one compressed.
+            let own: Vec<f64> = vec![own; if own == 2.0 { 50 } else { 1 }];
+            let families = vec![family("merged", &merged), family("own", &own)];
             let encoded = memo.encode(&families, 1);
             assert!(encoded.prefix_len > 0 && encoded.prefix_len < encoded.body.len());
             let gzipped = memo.gzip(&encoded).unwrap();
