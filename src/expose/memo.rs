@@ -3,12 +3,14 @@
 //! gzip of an unchanged leading part of the body is reused.
 //!
 //! A scrape of a quiet directory, or of a large one where only some families
-//! moved, then costs a fingerprint per family and a copy, instead of
+//! moved, then costs a comparison per family and a copy, instead of
 //! formatting every float again. The bytes are exactly those of
-//! [`encode`]: each family's text depends only on the
-//! family (and the format and escaping, fixed per memo), and the fingerprint
-//! covers everything the encoder reads (name, help, type, and every sample's
-//! name, labels and value bits), hashed with 128-bit XXH3.
+//! [`encode`]: each family's text depends only on the family (and the format
+//! and escaping, fixed per memo), and the memo keeps the family it encoded
+//! and compares everything the encoder reads: name, help, type, and every
+//! sample's name, labels and value bits (so `-0.0` is not `0.0`). Names and
+//! label sets are shared between collections, so most comparisons are of
+//! pointers.
 //!
 //! The gzip side ([`EncodeMemo::gzip`]) compresses a body in two deflate
 //! runs: the leading part named by [`Encoded::prefix_len`] (the merged
@@ -27,7 +29,6 @@ use std::sync::Arc;
 
 use flate2::{Compress, Compression, FlushCompress, Status};
 use rustc_hash::FxHashMap;
-use xxhash_rust::xxh3::Xxh3;
 
 use super::encode::{encode, encode_end, encode_family, Escaping, Format};
 use crate::model::MetricFamily;
@@ -51,11 +52,15 @@ pub struct EncodeMemo {
     /// Reused between bodies: a fresh one allocates (and zeroes) its
     /// tables, which costs more than compressing a small body.
     compressor: Option<Compress>,
+    /// The prefix's families, in order, at the last encoding.
+    prefix_names: Vec<Arc<str>>,
+    /// Changes whenever the prefix's bytes may have.
+    prefix_version: u64,
 }
 
 #[derive(Debug)]
 struct Entry {
-    fingerprint: u128,
+    family: MetricFamily,
     text: Box<str>,
     round: u64,
 }
@@ -63,7 +68,7 @@ struct Entry {
 /// The compressed prefix of the last gzipped body.
 #[derive(Debug)]
 struct DeflatedPrefix {
-    fingerprint: u128,
+    version: u64,
     len: usize,
     /// Raw deflate blocks ending with a sync flush (not final).
     deflated: Vec<u8>,
@@ -78,8 +83,9 @@ pub struct Encoded {
     /// Length of the leading part holding the first `prefix_families`
     /// families.
     pub prefix_len: usize,
-    /// Fingerprint of that part's families.
-    pub prefix_fingerprint: u128,
+    /// Changes whenever that part's bytes may have (equal versions: equal
+    /// bytes).
+    pub prefix_version: u64,
     /// Families encoded anew (the rest were copied).
     pub encoded_families: usize,
 }
@@ -114,6 +120,8 @@ impl EncodeMemo {
             bypass: false,
             last_len: 0,
             compressor: None,
+            prefix_names: Vec::new(),
+            prefix_version: 0,
         }
     }
 
@@ -149,13 +157,13 @@ impl EncodeMemo {
             return Encoded {
                 body,
                 prefix_len: 0,
-                prefix_fingerprint: 0,
+                prefix_version: self.next_prefix_version(),
                 encoded_families: families.len(),
             };
         }
         let mut out = String::with_capacity(self.last_len.max(4096));
         let mut prefix_len = 0;
-        let mut prefix_hash = Xxh3::new();
+        let mut prefix_changed = false;
         let mut encoded_families = 0;
         for (i, family) in families.iter().enumerate() {
             if i == prefix_families {
@@ -167,17 +175,14 @@ impl EncodeMemo {
                 encode_family(&mut out, family, self.format, self.escaping);
                 continue;
             }
-            let fingerprint = fingerprint(family);
-            if i < prefix_families {
-                prefix_hash.update(&fingerprint.to_le_bytes());
-            }
             match self.families.get_mut(&family.name) {
-                Some(entry) if entry.fingerprint == fingerprint => {
+                Some(entry) if same(&entry.family, family) => {
                     entry.round = round;
                     out.push_str(&entry.text);
                 }
                 _ => {
                     encoded_families += 1;
+                    prefix_changed |= i < prefix_families;
                     let start = out.len();
                     encode_family(&mut out, family, self.format, self.escaping);
                     let text = &out[start..];
@@ -190,7 +195,7 @@ impl EncodeMemo {
                     }
                     self.held += text.len();
                     let entry = Entry {
-                        fingerprint,
+                        family: family.clone(),
                         text: text.into(),
                         round,
                     };
@@ -212,18 +217,33 @@ impl EncodeMemo {
             }
             keep
         });
+        let prefix = &families[..prefix_families.min(families.len())];
+        prefix_changed |= self.bypass
+            || prefix.len() != self.prefix_names.len()
+            || prefix
+                .iter()
+                .zip(&self.prefix_names)
+                .any(|(f, n)| f.name != *n);
+        let prefix_version = if prefix_changed {
+            self.prefix_names = prefix.iter().map(|f| f.name.clone()).collect();
+            self.next_prefix_version()
+        } else {
+            self.prefix_version
+        };
         self.last_len = out.len();
-        let bypassed = std::mem::replace(
-            &mut self.bypass,
-            out.len() > self.max_bytes || samples > self.max_bytes / MIN_SAMPLE_BYTES,
-        );
+        self.bypass = out.len() > self.max_bytes || samples > self.max_bytes / MIN_SAMPLE_BYTES;
         Encoded {
             body: out.into_bytes(),
             prefix_len,
-            // Never matches a kept prefix when the memo was bypassed.
-            prefix_fingerprint: if bypassed { 0 } else { prefix_hash.digest128() },
+            prefix_version,
             encoded_families,
         }
+    }
+
+    /// A new prefix version.
+    fn next_prefix_version(&mut self) -> u64 {
+        self.prefix_version += 1;
+        self.prefix_version
     }
 
     /// Drops what the memo keeps.
@@ -251,11 +271,11 @@ impl EncodeMemo {
             return Ok(out);
         }
         if let Some(prefix) = &self.prefix {
-            if prefix.fingerprint == encoded.prefix_fingerprint && prefix.len == head.len() {
+            if prefix.version == encoded.prefix_version && prefix.len == head.len() {
                 return assemble(compressor, prefix, tail);
             }
         }
-        let prefix = deflate_prefix(compressor, head, encoded.prefix_fingerprint)?;
+        let prefix = deflate_prefix(compressor, head, encoded.prefix_version)?;
         let out = assemble(compressor, &prefix, tail);
         self.prefix = (self.held + prefix.deflated.capacity() <= self.max_bytes).then_some(prefix);
         out
@@ -267,7 +287,7 @@ impl EncodeMemo {
 fn deflate_prefix(
     compressor: &mut Compress,
     head: &[u8],
-    fingerprint: u128,
+    version: u64,
 ) -> io::Result<DeflatedPrefix> {
     let mut deflated = Vec::with_capacity(head.len() / 4 + 64);
     compressor.reset();
@@ -275,7 +295,7 @@ fn deflate_prefix(
     let mut crc = crc32fast::Hasher::new();
     crc.update(head);
     Ok(DeflatedPrefix {
-        fingerprint,
+        version,
         len: head.len(),
         deflated,
         crc,
@@ -345,26 +365,16 @@ fn deflate(
     }
 }
 
-/// Everything the encoder reads of a family, hashed.
-fn fingerprint(family: &MetricFamily) -> u128 {
-    let mut h = Xxh3::new();
-    let mut field = |bytes: &[u8]| {
-        h.update(&(bytes.len() as u64).to_le_bytes());
-        h.update(bytes);
-    };
-    field(family.name.as_bytes());
-    field(family.help.as_bytes());
-    field(family.metric_type.as_str().as_bytes());
-    for sample in &family.samples {
-        field(sample.name.as_bytes());
-        field(&sample.value.to_bits().to_le_bytes());
-        field(&(sample.labels.len() as u64).to_le_bytes());
-        for (name, value) in sample.labels.iter() {
-            field(name.as_bytes());
-            field(value.as_bytes());
-        }
-    }
-    h.digest128()
+/// Whether `a` encodes to the same bytes as `b`: everything the encoder
+/// reads is equal, values by their bits.
+fn same(a: &MetricFamily, b: &MetricFamily) -> bool {
+    a.name == b.name
+        && a.help == b.help
+        && a.metric_type == b.metric_type
+        && a.samples.len() == b.samples.len()
+        && a.samples.iter().zip(&b.samples).all(|(x, y)| {
+            x.value.to_bits() == y.value.to_bits() && x.name == y.name && x.labels == y.labels
+        })
 }
 
 #[cfg(test)]
@@ -436,7 +446,7 @@ mod tests {
         assert!(String::from_utf8(encoded.body)
             .unwrap()
             .contains("i=\"other\""));
-        // -0.0 and 0.0 print differently: the fingerprint is of the bits.
+        // -0.0 and 0.0 print differently: values are compared by their bits.
         families[0].samples[0].value = 0.0;
         memo.encode(&families, 1);
         families[0].samples[0].value = -0.0;

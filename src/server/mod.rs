@@ -456,6 +456,10 @@ pub struct ServeSettings {
 /// Runs the server until SIGTERM or SIGINT; the process exit code. Logging
 /// must be set up already ([`init_logging`]).
 pub fn run(settings: ServeSettings) -> ExitCode {
+    // One heap per core: scrapes on several threads at once would otherwise
+    // each keep a heap of their own resident (measured: 34 MiB instead of
+    // 21 MiB at 1,024 writers after concurrent scrapes).
+    crate::source::limit_heap_arenas(std::thread::available_parallelism().map_or(2, |n| n.get()));
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("multiproc-exporter")

@@ -1,5 +1,6 @@
 //! Long-lived read-only maps of metric files, and giving freed heap back to
-//! the system ([`release_free_heap`]): the crate's only `unsafe` code.
+//! the system ([`release_free_heap`], [`limit_heap_arenas`]): the crate's
+//! only `unsafe` code.
 //!
 //! Once a file's structure is known, a scrape needs only its `used` header and
 //! its values, which sit at fixed offsets. Reading them through a long-lived,
@@ -49,6 +50,26 @@ pub fn release_free_heap() {
     unsafe {
         libc::malloc_trim(0);
     }
+}
+
+/// Caps the allocator's heaps (glibc's arenas) at `arenas`. By default glibc
+/// gives each thread that allocates under contention its own heap, up to
+/// eight per core, and each keeps what it freed: a server whose scrapes run
+/// on several threads at once then holds several copies of a scrape's
+/// working memory. Called once at start, before the threads exist; nothing
+/// elsewhere.
+pub fn limit_heap_arenas(arenas: usize) {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `mallopt` takes two integers, no pointer; changing M_ARENA_MAX
+    // only bounds how many arenas glibc creates from now on.
+    unsafe {
+        libc::mallopt(
+            libc::M_ARENA_MAX,
+            libc::c_int::try_from(arenas.max(1)).unwrap_or(libc::c_int::MAX),
+        );
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    let _ = arenas;
 }
 
 /// A load touched a page past the end of the file: the file shrank after it

@@ -32,7 +32,7 @@ pub mod writers;
 use std::path::{Path, PathBuf};
 
 pub use budget::MemoryBudget;
-pub use mapped::release_free_heap;
+pub use mapped::{limit_heap_arenas, release_free_heap};
 pub use reader::{Read, ReadFile, Reader, SkipToken, Skipped};
 pub use skip::{Problem, SkipReason};
 
