@@ -6,7 +6,6 @@
 //! a [`FailureReason`].
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -15,9 +14,8 @@ use base64::Engine as _;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use rustls_pki_types::pem::PemObject as _;
-use rustls_pki_types::CertificateDer;
 
+use crate::server::http::client::{connector, error_chain, Trust};
 use crate::server::telemetry::push_metrics::FailureReason;
 
 /// How requests authenticate, as Prometheus's `remote_write` does it.
@@ -55,37 +53,16 @@ impl Client {
         ca_file: Option<&Path>,
         timeout: Duration,
     ) -> Result<Self, String> {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        if let Some(path) = ca_file {
-            let pem = std::fs::read(path)
-                .map_err(|e| format!("cannot read --push.tls.ca-file {}: {e}", path.display()))?;
-            let mut added = 0;
-            for cert in CertificateDer::pem_slice_iter(&pem) {
-                let cert = cert.map_err(|e| format!("--push.tls.ca-file: {e}"))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| format!("--push.tls.ca-file: {e}"))?;
-                added += 1;
+        let connector = match ca_file {
+            None => connector(Trust::PublicRoots),
+            Some(path) => {
+                let pem = std::fs::read(path).map_err(|e| {
+                    format!("cannot read --push.tls.ca-file {}: {e}", path.display())
+                })?;
+                connector(Trust::PublicRootsAnd(&pem))
+                    .map_err(|e| format!("--push.tls.ca-file {}: {e}", path.display()))
             }
-            if added == 0 {
-                return Err(format!(
-                    "--push.tls.ca-file {} holds no PEM certificate",
-                    path.display()
-                ));
-            }
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .build();
+        }?;
         let http = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(90))
             .build(connector);
@@ -192,16 +169,4 @@ impl Client {
         value.set_sensitive(true);
         Ok(Some(value))
     }
-}
-
-/// An error and its sources, joined with `: `.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        text.push_str(": ");
-        text.push_str(&e.to_string());
-        source = e.source();
-    }
-    text
 }

@@ -8,12 +8,9 @@
 //! or an error that reaches the scrape.
 
 use std::io::Read as _;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hyper_rustls::HttpsConnector;
-use rustls_pki_types::pem::PemObject as _;
-use rustls_pki_types::CertificateDer;
 
 use http_body_util::BodyExt as _;
 use hyper::header;
@@ -21,6 +18,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
+use crate::server::http::client::{connector, error_chain, Trust};
 use crate::transform::config::Upstream;
 
 /// A client (pooled keep-alive connections), for `http://` and `https://`.
@@ -30,35 +28,8 @@ pub(crate) type HttpClient =
 /// A new client trusting the CA certificates of `ca_pem` (PEM), or
 /// Mozilla's roots.
 pub(crate) fn client(ca_pem: Option<&[u8]>) -> Result<HttpClient, String> {
-    let roots = match ca_pem {
-        None => rustls::RootCertStore::from_iter(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
-        Some(pem) => {
-            let mut roots = rustls::RootCertStore::empty();
-            for cert in CertificateDer::pem_slice_iter(pem) {
-                let cert = cert.map_err(|e| format!("ca_file: {e}"))?;
-                roots.add(cert).map_err(|e| format!("ca_file: {e}"))?;
-            }
-            if roots.is_empty() {
-                return Err("ca_file: no certificate in it".to_owned());
-            }
-            roots
-        }
-    };
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| e.to_string())?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let mut http = HttpConnector::new();
-    http.set_nodelay(true);
-    http.enforce_http(false);
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(http);
+    let trust = ca_pem.map_or(Trust::PublicRoots, Trust::Only);
+    let connector = connector(trust).map_err(|e| format!("ca_file: {e}"))?;
     Ok(Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(60))
         .pool_max_idle_per_host(4)
@@ -224,16 +195,4 @@ async fn fetch_inner(
         }
     };
     Ok(Answer { body, content_type })
-}
-
-/// An error and its sources, as one line.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        text.push_str(": ");
-        text.push_str(&e.to_string());
-        source = e.source();
-    }
-    text
 }
