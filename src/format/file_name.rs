@@ -137,6 +137,10 @@ pub struct FileName {
     /// For gauge files: the process id Python derives (`parts[2][:-3]`), if
     /// the name has a third part.
     pub gauge_pid: Option<String>,
+    /// The writer's process id ([`writer_pid`]), if the name ends in one.
+    pub writer_pid: Option<u32>,
+    /// Whether the name is an archive's ([`is_archive_name`]).
+    pub archive: bool,
 }
 
 impl FileName {
@@ -161,6 +165,8 @@ impl FileName {
             metric_type,
             gauge_mode_name,
             gauge_pid,
+            writer_pid: writer_pid(basename),
+            archive: is_archive_name(basename),
         }
     }
 

@@ -75,12 +75,18 @@ impl Point {
         let mut models: BTreeMap<String, Totals> = BTreeMap::new();
         let mut kv: BTreeMap<String, (f64, usize)> = BTreeMap::new();
         for family in families {
-            if !family.name.starts_with("vllm:") {
+            // Most families hold none of the samples wanted: skip them
+            // whole (a sample's name starts with its family's).
+            if !family.name.starts_with("vllm:")
+                || !WANTED
+                    .iter()
+                    .any(|wanted| wanted.starts_with(&*family.name))
+            {
                 continue;
             }
             for sample in &family.samples {
-                let model = sample.labels.get("model_name").unwrap_or_default();
-                if &*sample.name == "vllm:kv_cache_usage_perc" {
+                if &*sample.name == KV_CACHE_USAGE {
+                    let model = sample.labels.get("model_name").unwrap_or_default();
                     models.entry(model.to_string()).or_default();
                     let entry = kv.entry(model.to_string()).or_default();
                     entry.0 += sample.value;
@@ -90,6 +96,7 @@ impl Point {
                 let Some(slot) = slot_of(&sample.name) else {
                     continue;
                 };
+                let model = sample.labels.get("model_name").unwrap_or_default();
                 let field = slot(models.entry(model.to_string()).or_default());
                 *field = Some(field.unwrap_or(0.0) + sample.value);
             }
@@ -102,6 +109,25 @@ impl Point {
         Point { at, models }
     }
 }
+
+/// The KV-cache usage gauge (averaged over engines, not summed).
+const KV_CACHE_USAGE: &str = "vllm:kv_cache_usage_perc";
+
+/// Every sample name [`Point::of`] reads: [`KV_CACHE_USAGE`] and those of
+/// [`slot_of`].
+const WANTED: [&str; 11] = [
+    KV_CACHE_USAGE,
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:prompt_tokens_total",
+    "vllm:generation_tokens_total",
+    "vllm:prefix_cache_hits_total",
+    "vllm:prefix_cache_queries_total",
+    "vllm:time_to_first_token_seconds_sum",
+    "vllm:time_to_first_token_seconds_count",
+    "vllm:request_time_per_output_token_seconds_sum",
+    "vllm:request_time_per_output_token_seconds_count",
+];
 
 /// The field of [`Totals`] a sample adds to, by sample name (the KV-cache
 /// gauge, averaged, aside).

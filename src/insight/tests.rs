@@ -157,3 +157,47 @@ fn the_history_is_bounded_and_spaced() {
     assert_eq!(history.len(), 2);
     assert!(History::new().summary().at.is_none());
 }
+
+#[test]
+fn every_wanted_sample_is_read_and_nothing_else() {
+    // `Point::of` skips the families no `WANTED` name starts with: the list
+    // must name every sample `slot_of` reads (and the KV-cache gauge).
+    for name in WANTED {
+        assert!(
+            name == KV_CACHE_USAGE || slot_of(name).is_some(),
+            "{name} is wanted but not read"
+        );
+    }
+    let read = [
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total",
+        "vllm:prefix_cache_hits_total",
+        "vllm:prefix_cache_queries_total",
+        "vllm:time_to_first_token_seconds_sum",
+        "vllm:time_to_first_token_seconds_count",
+        "vllm:request_time_per_output_token_seconds_sum",
+        "vllm:request_time_per_output_token_seconds_count",
+    ];
+    for name in read {
+        assert!(slot_of(name).is_some() && WANTED.contains(&name), "{name}");
+    }
+    assert_eq!(WANTED.len(), read.len() + 1);
+}
+
+#[test]
+fn a_family_of_other_samples_adds_nothing() {
+    // A family no wanted name starts with is skipped whole, even if it has
+    // `vllm:` samples of other names.
+    let families = vec![family(
+        "vllm:iteration_tokens_total",
+        MetricType::Histogram,
+        &[(
+            "vllm:iteration_tokens_total_sum",
+            &[("model_name", "m")],
+            5.0,
+        )],
+    )];
+    assert!(Point::of(&families, 1.0).models.is_empty());
+}

@@ -150,12 +150,9 @@ impl SkippedShare {
     }
 }
 
-/// The writer's pid, from the file's name.
+/// The writer's pid, from the file's name (parsed when it was first read).
 fn file_pid(file: &ReadFile<'_>) -> Option<u32> {
-    file.path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .and_then(writer_pid)
+    file.merge.name.writer_pid
 }
 
 /// Whether a dead writer's `file` takes part in the merge under `policy`;
@@ -233,11 +230,7 @@ pub fn sort_out(
             pid: file_pid(f),
             identity: f.identity,
             born: f.born,
-            archive: f
-                .path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(is_archive_name),
+            archive: f.merge.name.archive,
         })
         .collect();
     let short_files: Vec<Option<WrittenFile>> = short

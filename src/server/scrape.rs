@@ -389,8 +389,13 @@ impl Scraper {
         in_flight.last = Arc::downgrade(&result);
         in_flight.held = (in_flight.waiting > 0).then(|| result.clone());
         let generation = in_flight.generation;
+        let waiting = in_flight.waiting > 0;
         drop(in_flight);
-        self.finished.notify_all();
+        // A waiter counts itself in under the lock before it waits: with
+        // none counted, nobody needs the wake-up (a system call every time).
+        if waiting {
+            self.finished.notify_all();
+        }
         (generation, result)
     }
 

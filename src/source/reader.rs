@@ -313,8 +313,8 @@ impl Reader {
                 Some(self.refresh(&listed.path, store, &mut stats))
             });
         }
-        if self.load_pending_values(&mut stats) {
-            // Some file shrank under its map: read those from the file.
+        if load::load_pending_values(&mut self.files, &mut stats) {
+            // Some file grew, or shrank under its map: read those from the file.
             for (listed, outcome) in paths.iter().zip(outcomes.iter_mut()) {
                 let unloaded = outcome.is_none()
                     && !self.frozen.contains_key(listed.path.as_os_str())
@@ -416,8 +416,9 @@ impl Reader {
     }
 
     /// The steady-state fast path: whether the listed entry is the file
-    /// mapped last time, has not grown and was good. If so, its values are
-    /// left to [`Self::load_pending_values`]; if not, it must be read with
+    /// mapped last time and was good. If so, its values (and whether it
+    /// grew) are
+    /// left to [`load::load_pending_values`]; if not, it must be read with
     /// [`Self::refresh`].
     fn check_mapped(&mut self, listed: &Listed) -> bool {
         let collection = self.collections;
@@ -463,74 +464,12 @@ impl Reader {
                 return false;
             }
         }
-        let used = match map.load_i32(0) {
-            Some(Ok(0)) => HEADER_LEN,
-            Some(Ok(used)) => usize::try_from(used).unwrap_or(0),
-            Some(Err(_)) | None => 0,
-        };
-        if used != cached.parsed_until || used > map.len() {
-            // Grown, shrunk or corrupt: read it again from the file.
-            cached.map = None;
-            return false;
-        }
+        // Whether it grew is seen when its values are loaded
+        // ([`load::load_pending_values`]): reading each header here would
+        // wait for one cache miss per file on this thread alone.
         cached.seen_in = collection;
         cached.pending = true;
         true
-    }
-
-    /// Loads the values of every file [`Self::check_mapped`] accepted, from
-    /// their maps. The loads are memory-bound (each value sits on its own
-    /// cache line), so a large directory is split between two threads, which
-    /// halves the wait when a second core is free. A file whose map faults
-    /// (it shrank) loses its map; the caller reads it from the file. Returns
-    /// whether that happened to any file.
-    fn load_pending_values(&mut self, stats: &mut ReadStats) -> bool {
-        let mut pending: Vec<&mut CachedFile> = self
-            .files
-            .values_mut()
-            .filter_map(|c| std::mem::take(&mut c.pending).then_some(c))
-            .collect();
-        let total: usize = pending.iter().map(|c| c.value_offsets.len()).sum();
-        stats.bytes_read += pending
-            .iter()
-            .map(|c| (HEADER_LEN + c.value_offsets.len() * VALUE_LEN) as u64)
-            .sum::<u64>();
-        if total >= PARALLEL_LOAD_VALUES && available_cores() > 1 {
-            // Split where half of the values are.
-            let mut seen = 0;
-            let split = pending
-                .iter()
-                .position(|c| {
-                    seen += c.value_offsets.len();
-                    seen * 2 >= total
-                })
-                .map_or(pending.len(), |i| i + 1);
-            let (first, second) = pending.split_at_mut(split);
-            // The helper thread takes `second` through a lock, so that this
-            // thread can still load it if the thread cannot start or panics.
-            let second = std::sync::Mutex::new(second);
-            let done = std::sync::atomic::AtomicBool::new(false);
-            std::thread::scope(|scope| {
-                let helper = std::thread::Builder::new()
-                    .name("multiproc-exporter-load".into())
-                    .spawn_scoped(scope, || {
-                        let mut second = second.lock().unwrap_or_else(|e| e.into_inner());
-                        load_values(&mut second);
-                        done.store(true, std::sync::atomic::Ordering::Release);
-                    });
-                load_values(first);
-                if let Ok(handle) = helper {
-                    let _ = handle.join();
-                }
-            });
-            if !done.load(std::sync::atomic::Ordering::Acquire) {
-                let mut second = second.lock().unwrap_or_else(|e| e.into_inner());
-                load_values(&mut second);
-            }
-        } else {
-            load_values(&mut pending);
-        }
-        pending.iter().any(|c| c.map.is_none())
     }
 
     /// Brings the cached state of `path` up to date; `Err` if it must be left out.
@@ -544,7 +483,13 @@ impl Reader {
             .file_name()
             .map(OsStr::to_string_lossy)
             .unwrap_or_default();
-        let name = FileName::parse(&base_name);
+        let mut name = FileName::parse(&base_name);
+        if matches!(base_name, std::borrow::Cow::Owned(_)) {
+            // Not UTF-8: the name names no writer (as `writer_pid` of the
+            // path's own name would find).
+            name.writer_pid = None;
+            name.archive = false;
+        }
         // `stat` first: it follows links like `open`, rules out FIFOs and
         // directories without opening them, and tells whether the descriptor
         // kept from the last collection still belongs to this path.
@@ -917,32 +862,6 @@ fn is_live_gauge_path(path: &Path) -> bool {
         .is_some_and(|name| FileName::parse(name).is_live_gauge())
 }
 
-/// Values above which [`Reader::load_pending_values`] uses two threads (about
-/// 150 vLLM processes; below, a thread costs more than it saves).
-const PARALLEL_LOAD_VALUES: usize = 1 << 16;
-
-/// The number of cores this process may run on, read once.
-fn available_cores() -> usize {
-    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-}
-
-/// Loads the values of `files` from their maps; a file whose map faults
-/// loses it (and its values).
-fn load_values(files: &mut [&mut CachedFile]) {
-    for cached in files.iter_mut() {
-        let cached = &mut **cached;
-        let loaded = cached
-            .map
-            .as_ref()
-            .and_then(|map| map.load_values(&cached.value_offsets, &mut cached.values));
-        if loaded != Some(Ok(())) {
-            cached.map = None;
-            cached.values.clear();
-        }
-    }
-}
-
 /// A file's birth time (`statx`), or its change time on file systems that
 /// keep none.
 fn birth(meta: &std::fs::Metadata) -> (i64, i64) {
@@ -991,6 +910,7 @@ fn read_fully_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> 
     Ok(done)
 }
 
+mod load;
 mod skipped;
 
 use skipped::read_file;

@@ -1,0 +1,111 @@
+//! Loading the values of the mapped files that [`Reader::read`](super::Reader::read)
+//! found unchanged in the directory, from their maps, on two threads when
+//! there are many.
+
+use std::ffi::OsString;
+
+use rustc_hash::FxHashMap;
+
+use super::CachedFile;
+use crate::format::layout::{HEADER_LEN, VALUE_LEN};
+use crate::source::ReadStats;
+
+/// Values above which [`load_pending_values`] uses two threads (about 150
+/// vLLM processes; below, a thread costs more than it saves).
+const PARALLEL_LOAD_VALUES: usize = 1 << 16;
+
+/// Loads the values of every file marked `pending`, from their maps. The
+/// loads are memory-bound (each value sits on its own cache line), so a
+/// large directory is split between two threads, which halves the wait when
+/// a second core is free.
+///
+/// Each file's header is read first, on the loading thread: a file whose
+/// `used` bytes changed since it was parsed (it grew, or was rewritten)
+/// loses its map, as does one whose map faults (it shrank); the caller reads
+/// those from the file. Returns whether that happened to any file.
+pub(super) fn load_pending_values(
+    files: &mut FxHashMap<OsString, CachedFile>,
+    stats: &mut ReadStats,
+) -> bool {
+    let mut pending: Vec<&mut CachedFile> = files
+        .values_mut()
+        .filter_map(|c| std::mem::take(&mut c.pending).then_some(c))
+        .collect();
+    let total: usize = pending.iter().map(|c| c.value_offsets.len()).sum();
+    if total >= PARALLEL_LOAD_VALUES && available_cores() > 1 {
+        // Split where half of the values are.
+        let mut seen = 0;
+        let split = pending
+            .iter()
+            .position(|c| {
+                seen += c.value_offsets.len();
+                seen * 2 >= total
+            })
+            .map_or(pending.len(), |i| i + 1);
+        let (first, second) = pending.split_at_mut(split);
+        match helper_pool() {
+            Some(pool) => pool.in_place_scope(|scope| {
+                scope.spawn(|_| load_values(second));
+                load_values(first);
+            }),
+            None => {
+                load_values(first);
+                load_values(second);
+            }
+        }
+    } else {
+        load_values(&mut pending);
+    }
+    stats.bytes_read += pending
+        .iter()
+        .filter(|c| c.map.is_some())
+        .map(|c| (HEADER_LEN + c.value_offsets.len() * VALUE_LEN) as u64)
+        .sum::<u64>();
+    pending.iter().any(|c| c.map.is_none())
+}
+
+/// The thread that loads the second half of the values, started once (a
+/// thread started for each collection costs about as much as a tenth of
+/// the loads it takes over); `None` if it cannot be started.
+fn helper_pool() -> Option<&'static rayon::ThreadPool> {
+    static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .thread_name(|_| "multiproc-exporter-load".into())
+            .build()
+            .map_err(|e| tracing::warn!(error = %e, "Cannot start the thread that helps load values; loading on one."))
+            .ok()
+    })
+    .as_ref()
+}
+
+/// The number of cores this process may run on, read once.
+fn available_cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// Loads the values of `files` from their maps. A file whose header says
+/// it changed, or whose map faults, loses its map (and its values).
+fn load_values(files: &mut [&mut CachedFile]) {
+    for cached in files.iter_mut() {
+        let cached = &mut **cached;
+        let loaded = cached.map.as_ref().and_then(|map| {
+            let used = match map.load_i32(0)? {
+                Ok(0) => HEADER_LEN,
+                Ok(used) => usize::try_from(used).ok()?,
+                Err(_) => return None,
+            };
+            // Grown, shrunk or corrupt: read again from the file.
+            if used != cached.parsed_until || used > map.len() {
+                return None;
+            }
+            map.load_values(&cached.value_offsets, &mut cached.values)
+        });
+        if loaded != Some(Ok(())) {
+            cached.map = None;
+            cached.values.clear();
+        }
+    }
+}
