@@ -44,6 +44,8 @@ struct CachedFile {
     generation: u64,
     /// The collection that last listed it.
     seen_in: u64,
+    /// Where that collection listed it (an index into its listing).
+    listed_at: usize,
     /// Check the path with `stat` before trusting the map again.
     recheck: bool,
     /// Its values are to be loaded from the map in this collection.
@@ -306,16 +308,16 @@ impl Reader {
         // Read every listed file: unchanged mapped files only have their
         // values loaded (all together, below); the others are read now.
         let mut outcomes: Vec<Option<Result<(), SkipReason>>> = Vec::with_capacity(paths.len());
-        for listed in &paths {
-            outcomes.push(if self.check_mapped(listed) {
+        for (index, listed) in paths.iter().enumerate() {
+            outcomes.push(if self.check_mapped(listed, index) {
                 None
             } else {
-                Some(self.refresh(&listed.path, store, &mut stats))
+                Some(self.refresh(&listed.path, index, store, &mut stats))
             });
         }
         if load::load_pending_values(&mut self.files, &mut stats) {
             // Some file grew, or shrank under its map: read those from the file.
-            for (listed, outcome) in paths.iter().zip(outcomes.iter_mut()) {
+            for (index, (listed, outcome)) in paths.iter().zip(outcomes.iter_mut()).enumerate() {
                 let unloaded = outcome.is_none()
                     && !self.frozen.contains_key(listed.path.as_os_str())
                     && self
@@ -323,7 +325,7 @@ impl Reader {
                         .get(listed.path.as_os_str())
                         .is_none_or(|c| c.map.is_none());
                 if unloaded {
-                    *outcome = Some(self.refresh(&listed.path, store, &mut stats));
+                    *outcome = Some(self.refresh(&listed.path, index, store, &mut stats));
                 }
             }
         }
@@ -367,11 +369,15 @@ impl Reader {
             budget.update(self.charged, now);
             self.charged = now;
         }
-        let mut files = Vec::with_capacity(paths.len());
+        // The files read, by listing index.
+        let mut read: Vec<Option<(usize, PathBuf)>> = Vec::with_capacity(paths.len());
         for (listed, outcome) in paths.into_iter().zip(outcomes) {
             let position = listed.position;
             match outcome.unwrap_or(Ok(())) {
-                Ok(()) => files.push((position, listed.path)),
+                Ok(()) => {
+                    read.push(Some((position, listed.path)));
+                    continue;
+                }
                 // A missing live gauge file is normal (mark_process_dead),
                 // even when named: Python skips it silently.
                 Err(SkipReason::Vanished) if is_live_gauge_path(&listed.path) => {}
@@ -390,20 +396,10 @@ impl Reader {
                     },
                 )),
             }
+            read.push(None);
         }
-        let (cache, frozen) = (&self.files, &self.frozen);
-        let files = files
-            .into_iter()
-            .filter_map(|(position, path)| match frozen.get(path.as_os_str()) {
-                Some(cached) => Some(read_file(position, path, cached, true)),
-                None => {
-                    let cached = cache.get(path.as_os_str())?;
-                    Some(read_file(position, path, cached, false))
-                }
-            })
-            .collect();
         Read {
-            files,
+            files: read_files(&self.files, &self.frozen, collection, read),
             skipped: Skipped {
                 directories: skipped_directories,
                 listings: &self.listings,
@@ -420,7 +416,7 @@ impl Reader {
     /// grew) are
     /// left to [`load::load_pending_values`]; if not, it must be read with
     /// [`Self::refresh`].
-    fn check_mapped(&mut self, listed: &Listed) -> bool {
+    fn check_mapped(&mut self, listed: &Listed, index: usize) -> bool {
         let collection = self.collections;
         if let Some(cached) = self.frozen.get_mut(listed.path.as_os_str()) {
             // A dead writer's file, still the same inode: nothing to load.
@@ -435,6 +431,7 @@ impl Reader {
                 });
             if same {
                 cached.seen_in = collection;
+                cached.listed_at = index;
                 return true;
             }
             self.thaw(listed.path.as_os_str());
@@ -468,6 +465,7 @@ impl Reader {
         // ([`load::load_pending_values`]): reading each header here would
         // wait for one cache miss per file on this thread alone.
         cached.seen_in = collection;
+        cached.listed_at = index;
         cached.pending = true;
         true
     }
@@ -476,6 +474,7 @@ impl Reader {
     fn refresh(
         &mut self,
         path: &Path,
+        index: usize,
         store: &mut KeyStore,
         stats: &mut ReadStats,
     ) -> Result<(), SkipReason> {
@@ -585,6 +584,7 @@ impl Reader {
                     values: Vec::new(),
                     generation,
                     seen_in: self.collections,
+                    listed_at: index,
                     recheck: false,
                     pending: false,
                     map: None,
@@ -599,6 +599,7 @@ impl Reader {
             .get_mut(path.as_os_str())
             .ok_or(SkipReason::Vanished)?;
         cached.seen_in = self.collections;
+        cached.listed_at = index;
         let old_records = cached.keys.len();
 
         // Scan the new records, a window at a time. Every window starts at a
@@ -913,7 +914,7 @@ fn read_fully_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> 
 mod load;
 mod skipped;
 
-use skipped::read_file;
+use skipped::read_files;
 pub use skipped::{SkipToken, Skipped};
 
 #[cfg(test)]

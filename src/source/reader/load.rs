@@ -11,13 +11,17 @@ use crate::format::layout::{HEADER_LEN, VALUE_LEN};
 use crate::source::ReadStats;
 
 /// Values above which [`load_pending_values`] uses two threads (about 150
-/// vLLM processes; below, a thread costs more than it saves).
+/// vLLM processes; below, waking the helper costs more than it saves).
 const PARALLEL_LOAD_VALUES: usize = 1 << 16;
+
+/// Files in each share of the loads two threads take turns at (a few
+/// hundred values each for vLLM's files).
+const CHUNK_FILES: usize = 16;
 
 /// Loads the values of every file marked `pending`, from their maps. The
 /// loads are memory-bound (each value sits on its own cache line), so a
-/// large directory is split between two threads, which halves the wait when
-/// a second core is free.
+/// large directory is shared between two threads, which halves the wait
+/// when a second core is free.
 ///
 /// Each file's header is read first, on the loading thread: a file whose
 /// `used` bytes changed since it was parsed (it grew, or was rewritten)
@@ -32,29 +36,25 @@ pub(super) fn load_pending_values(
         .filter_map(|c| std::mem::take(&mut c.pending).then_some(c))
         .collect();
     let total: usize = pending.iter().map(|c| c.value_offsets.len()).sum();
-    if total >= PARALLEL_LOAD_VALUES && available_cores() > 1 {
-        // Split where half of the values are.
-        let mut seen = 0;
-        let split = pending
-            .iter()
-            .position(|c| {
-                seen += c.value_offsets.len();
-                seen * 2 >= total
-            })
-            .map_or(pending.len(), |i| i + 1);
-        let (first, second) = pending.split_at_mut(split);
-        match helper_pool() {
-            Some(pool) => pool.in_place_scope(|scope| {
-                scope.spawn(|_| load_values(second));
-                load_values(first);
-            }),
-            None => {
-                load_values(first);
-                load_values(second);
-            }
+    match helper_pool() {
+        Some(pool) if total >= PARALLEL_LOAD_VALUES && available_cores() > 1 => {
+            // Both threads take chunks of files until none is left: the
+            // helper, woken last, takes fewer, and neither waits long for
+            // the other.
+            let chunks = std::sync::Mutex::new(pending.chunks_mut(CHUNK_FILES));
+            let work = || loop {
+                let next = chunks.lock().unwrap_or_else(|e| e.into_inner()).next();
+                match next {
+                    Some(chunk) => load_values(chunk),
+                    None => break,
+                }
+            };
+            pool.in_place_scope(|scope| {
+                scope.spawn(|_| work());
+                work();
+            });
         }
-    } else {
-        load_values(&mut pending);
+        _ => load_values(&mut pending),
     }
     stats.bytes_read += pending
         .iter()
@@ -64,9 +64,9 @@ pub(super) fn load_pending_values(
     pending.iter().any(|c| c.map.is_none())
 }
 
-/// The thread that loads the second half of the values, started once (a
-/// thread started for each collection costs about as much as a tenth of
-/// the loads it takes over); `None` if it cannot be started.
+/// The thread that helps load the values, started once (a thread started
+/// for each collection costs about as much as a tenth of the loads it
+/// takes over); `None` if it cannot be started.
 fn helper_pool() -> Option<&'static rayon::ThreadPool> {
     static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
     POOL.get_or_init(|| {

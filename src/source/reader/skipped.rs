@@ -80,12 +80,7 @@ impl<'a> Skipped<'a> {
 }
 
 /// What the merge and the writer check need of a cached file.
-pub(super) fn read_file(
-    position: usize,
-    path: PathBuf,
-    cached: &CachedFile,
-    frozen: bool,
-) -> ReadFile<'_> {
+fn read_file(position: usize, path: PathBuf, cached: &CachedFile, frozen: bool) -> ReadFile<'_> {
     ReadFile {
         position,
         identity: (cached.device, cached.inode),
@@ -100,4 +95,43 @@ pub(super) fn read_file(
         },
         path,
     }
+}
+
+/// The files a collection read, in listing order, from their listing
+/// indices (`read[i]`: the position and path of the file listed at `i`, if
+/// it was read). The caches are scanned in their own order, each file
+/// placed where it was listed ([`CachedFile::listed_at`]): no path is
+/// hashed and compared again. A path listed twice (a named file inside a
+/// listed directory) is looked up for its other places.
+pub(super) fn read_files<'a>(
+    files: &'a FxHashMap<OsString, CachedFile>,
+    frozen: &'a FxHashMap<OsString, CachedFile>,
+    collection: u64,
+    mut read: Vec<Option<(usize, PathBuf)>>,
+) -> Vec<ReadFile<'a>> {
+    let mut placed: Vec<Option<ReadFile<'a>>> = Vec::with_capacity(read.len());
+    placed.resize_with(read.len(), || None);
+    for (cache, is_frozen) in [(files, false), (frozen, true)] {
+        for cached in cache.values() {
+            if cached.seen_in != collection {
+                continue;
+            }
+            let at = cached.listed_at;
+            if let Some((position, path)) = read.get_mut(at).and_then(Option::take) {
+                placed[at] = Some(read_file(position, path, cached, is_frozen));
+            }
+        }
+    }
+    for (at, left) in read.into_iter().enumerate() {
+        let Some((position, path)) = left else {
+            continue;
+        };
+        placed[at] = match frozen.get(path.as_os_str()) {
+            Some(cached) => Some(read_file(position, path, cached, true)),
+            None => files
+                .get(path.as_os_str())
+                .map(|cached| read_file(position, path, cached, false)),
+        };
+    }
+    placed.into_iter().flatten().collect()
 }

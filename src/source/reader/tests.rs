@@ -187,3 +187,70 @@ fn a_frozen_file_is_not_loaded_again_until_a_modification_event() {
     reader.recheck(&path);
     assert_eq!(read_values(&mut reader, dir.path(), &mut store)[0][0], 7.0);
 }
+
+/// The files come back in listing order with their own values, a file
+/// listed twice (named, and inside a listed directory) in both places,
+/// on every read (the second one finds them mapped).
+#[test]
+fn a_file_listed_twice_is_read_in_both_places() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("counter_1.db");
+    let b = dir.path().join("counter_2.db");
+    write_file(&a, &[key(1, 0)]);
+    write_file(&b, &[key(1, 0), key(2, 0)]);
+    let inputs = [
+        Input::File(b.clone()),
+        Input::Directory(dir.path().to_path_buf()),
+        Input::File(a.clone()),
+    ];
+    let mut reader = Reader::new();
+    let mut store = KeyStore::new();
+    for _ in 0..3 {
+        let read = reader.read(&inputs, &mut store);
+        assert!(read.problems.is_empty(), "{:?}", read.problems);
+        let paths: Vec<&Path> = read.files.iter().map(|f| f.path.as_path()).collect();
+        let mut listed = vec![b.as_path()];
+        let mut in_dir = vec![a.as_path(), b.as_path()];
+        in_dir.sort_by_key(|p| {
+            std::fs::read_dir(dir.path())
+                .unwrap()
+                .position(|e| e.unwrap().path() == *p)
+        });
+        listed.extend(in_dir);
+        listed.push(a.as_path());
+        assert_eq!(paths, listed);
+        for file in &read.files {
+            let expected = if file.path == a { 1 } else { 2 };
+            assert_eq!(file.merge.values.len(), expected, "{:?}", file.path);
+        }
+    }
+}
+
+/// A mapped file that grew between two reads is seen to have grown when
+/// its values are loaded, and read again with its new records; so is one
+/// among many files, loaded on two threads.
+#[test]
+fn a_mapped_file_that_grew_is_read_again() {
+    for files in [1, 300] {
+        let dir = tempfile::tempdir().unwrap();
+        // 300 files of 256 records: over the two-thread threshold.
+        let keys: Vec<String> = (0..256).map(|i| key(i, 0)).collect();
+        for i in 0..files {
+            write_file(&dir.path().join(format!("counter_{i}.db")), &keys);
+        }
+        let mut reader = Reader::new();
+        let mut store = KeyStore::new();
+        let first = read_values(&mut reader, dir.path(), &mut store);
+        assert!(first.iter().all(|v| v.len() == 256));
+        let grown: Vec<String> = (0..300).map(|i| key(i, 0)).collect();
+        write_file(&dir.path().join("counter_0.db"), &grown);
+        let read = reader.read(&[Input::Directory(dir.path().to_path_buf())], &mut store);
+        assert!(read.problems.is_empty(), "{:?}", read.problems);
+        for file in &read.files {
+            let expected = if file.path.ends_with("counter_0.db") { 300 } else { 256 };
+            assert_eq!(file.merge.values.len(), expected, "{:?}", file.path);
+            let values: Vec<f64> = file.merge.values.iter().map(|v| v.0).collect();
+            assert_eq!(values, (0..expected).map(|i| i as f64).collect::<Vec<_>>());
+        }
+    }
+}
