@@ -413,9 +413,8 @@ impl Reader {
 
     /// The steady-state fast path: whether the listed entry is the file
     /// mapped last time and was good. If so, its values (and whether it
-    /// grew) are
-    /// left to [`load::load_pending_values`]; if not, it must be read with
-    /// [`Self::refresh`].
+    /// grew) are left to [`load::load_pending_values`]; if not, it must be
+    /// read with [`Self::refresh`].
     fn check_mapped(&mut self, listed: &Listed, index: usize) -> bool {
         let collection = self.collections;
         if let Some(cached) = self.frozen.get_mut(listed.path.as_os_str()) {

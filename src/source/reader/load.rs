@@ -14,8 +14,8 @@ use crate::source::ReadStats;
 /// vLLM processes; below, waking the helper costs more than it saves).
 const PARALLEL_LOAD_VALUES: usize = 1 << 16;
 
-/// Files in each share of the loads two threads take turns at (a few
-/// hundred values each for vLLM's files).
+/// Files in each chunk of the loads the two threads take in turn (a few
+/// thousand values for vLLM's files).
 const CHUNK_FILES: usize = 16;
 
 /// Loads the values of every file marked `pending`, from their maps. The
@@ -36,8 +36,11 @@ pub(super) fn load_pending_values(
         .filter_map(|c| std::mem::take(&mut c.pending).then_some(c))
         .collect();
     let total: usize = pending.iter().map(|c| c.value_offsets.len()).sum();
-    match helper_pool() {
-        Some(pool) if total >= PARALLEL_LOAD_VALUES && available_cores() > 1 => {
+    let pool = (total >= PARALLEL_LOAD_VALUES && available_cores() > 1)
+        .then(helper_pool)
+        .flatten();
+    match pool {
+        Some(pool) => {
             // Both threads take chunks of files until none is left: the
             // helper, woken last, takes fewer, and neither waits long for
             // the other.
@@ -54,7 +57,7 @@ pub(super) fn load_pending_values(
                 work();
             });
         }
-        _ => load_values(&mut pending),
+        None => load_values(&mut pending),
     }
     stats.bytes_read += pending
         .iter()

@@ -247,10 +247,53 @@ fn a_mapped_file_that_grew_is_read_again() {
         let read = reader.read(&[Input::Directory(dir.path().to_path_buf())], &mut store);
         assert!(read.problems.is_empty(), "{:?}", read.problems);
         for file in &read.files {
-            let expected = if file.path.ends_with("counter_0.db") { 300 } else { 256 };
+            let expected = if file.path.ends_with("counter_0.db") {
+                300
+            } else {
+                256
+            };
             assert_eq!(file.merge.values.len(), expected, "{:?}", file.path);
             let values: Vec<f64> = file.merge.values.iter().map(|v| v.0).collect();
             assert_eq!(values, (0..expected).map(|i| i as f64).collect::<Vec<_>>());
         }
+    }
+}
+
+/// Files truncated under their maps in a directory large enough for two
+/// loading threads: the loads that fault are absorbed on whichever thread
+/// ran them, those files are read again from the file (and left out, being
+/// shorter than their header says), and every other file keeps its values.
+#[test]
+fn files_truncated_under_their_maps_are_left_out_on_either_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys: Vec<String> = (0..256).map(|i| key(i, 0)).collect();
+    for i in 0..300 {
+        write_file(&dir.path().join(format!("counter_{i}.db")), &keys);
+    }
+    let mut reader = Reader::new();
+    let mut store = KeyStore::new();
+    assert_eq!(read_values(&mut reader, dir.path(), &mut store).len(), 300);
+    let truncated: Vec<PathBuf> = (0..300)
+        .step_by(7)
+        .map(|i| dir.path().join(format!("counter_{i}.db")))
+        .collect();
+    for path in &truncated {
+        let file = OpenOptions::new().write(true).open(path).unwrap();
+        file.set_len(4096).unwrap();
+    }
+    let read = reader.read(&[Input::Directory(dir.path().to_path_buf())], &mut store);
+    let mut left_out: Vec<&Path> = read
+        .problems
+        .iter()
+        .map(|(_, p)| p.path.as_path())
+        .collect();
+    left_out.sort();
+    let mut expected: Vec<&Path> = truncated.iter().map(PathBuf::as_path).collect();
+    expected.sort();
+    assert_eq!(left_out, expected);
+    assert_eq!(read.files.len(), 300 - truncated.len());
+    for file in &read.files {
+        let values: Vec<f64> = file.merge.values.iter().map(|v| v.0).collect();
+        assert_eq!(values, (0..256).map(|i| i as f64).collect::<Vec<_>>());
     }
 }
