@@ -20,7 +20,9 @@ processes of ~386 series, plus a high-churn directory with many dead processes' 
    multiprocess registry against ``multiproc-exporter serve --web.disable-exporter-metrics``)
    with Prometheus's ``Accept`` and ``Accept-Encoding: gzip`` headers, at concurrency 1 and 8,
    with a bounded load loop (``examples/http_load.rs``); CPU seconds per scrape come from the
-   server's ``utime + stime`` in ``/proc/PID/stat``, peak RSS from ``VmHWM``;
+   server's ``utime + stime`` in ``/proc/PID/stat``, peak RSS from ``VmHWM``; then once more at
+   concurrency 1 with server and load generator pinned to one CPU (``taskset``; not with
+   ``--quick`` or ``--no-one-cpu``), which takes the wake-up of a halted vCPU out of the exchange;
 4. computes the "stream the used bytes once" floor: the sum of every file's ``used`` divided
    by the sequential read bandwidth of memory (``bench_scrape --membw``: a u64 read-sum over a
    512 MiB buffer, best of 5), plus the cost of merely opening and reading every file;
@@ -417,10 +419,16 @@ def children_cpu_seconds():
     return r.ru_utime + r.ru_stime
 
 
-def http_load(tools, proc, port, concurrency, requests, max_seconds):
+def pin_process(pid, cpus):
+    """Sets the CPU affinity of every thread of `pid` (``taskset -a -p``)."""
+    subprocess.run(["taskset", "-a", "-p", "-c", cpus, str(pid)], check=True, capture_output=True)
+
+
+def http_load(tools, proc, port, concurrency, requests, max_seconds, cpu=None):
     cpu0 = cpu_seconds(proc.pid)
     client0 = children_cpu_seconds()
-    result = run_json([tools.load, "--url", f"http://127.0.0.1:{port}/metrics",
+    pinned = ["taskset", "-c", cpu] if cpu is not None else []
+    result = run_json(pinned + [tools.load, "--url", f"http://127.0.0.1:{port}/metrics",
                        "--concurrency", str(concurrency), "--requests", str(requests),
                        "--max-seconds", str(max_seconds)]
                       + [a for h in PROMETHEUS_HEADERS for a in ("--header", h)], timeout=900)
@@ -472,6 +480,16 @@ def measure_case(tools, args, label, processes, dead, workdir, membw):
                 for concurrency in args.concurrency:
                     http[f"{name}_c{concurrency}"] = http_load(tools, proc, port, concurrency, budget[0],
                                                                budget[1])
+                if args.one_cpu:
+                    # Server and load generator on one CPU: the same exchange
+                    # without waking a halted vCPU for the request and again
+                    # for the answer (see docs/performance.md).
+                    all_cpus = ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
+                    pin_process(proc.pid, "0")
+                    try:
+                        http[f"{name}_c1_one_cpu"] = http_load(tools, proc, port, 1, budget[0], budget[1], cpu="0")
+                    finally:
+                        pin_process(proc.pid, all_cpus)
                 http[f"{name}_vm_hwm_kib"] = vm_hwm_kib(proc.pid)
                 http[f"{name}_memory"] = process_memory(proc.pid, directory)
             http["directory_used"] = used_bytes(directory)
@@ -717,6 +735,26 @@ def tables(results):
                         f"| {ratio_lat} | {ratio_cpu} "
                         f"| {fmt_ms(r.get('client_cpu_s', 0) * 1e3 / max(1, r['requests']))} |")
         out.append("")
+        if any((c.get("http") or {}).get("exporter_c1_one_cpu") for c in results["cases"]):
+            out.append("### Over HTTP, server and load generator on one CPU (concurrency 1)\n")
+            out.append("The same exchange with both processes pinned to CPU 0 (`taskset`), so that no "
+                       "request or answer waits for the other vCPU to wake from a halt; the exporter's "
+                       "two loading threads share that CPU.\n")
+            out.append("| directory | Python p50 ms | exporter p50 ms | ratio | vs Python in-process | "
+                       "exporter, both CPUs, p50 ms |")
+            out.append("|---|---|---|---|---|---|")
+            for c in results["cases"]:
+                h = c.get("http") or {}
+                py, rs = h.get("python_c1_one_cpu"), h.get("exporter_c1_one_cpu")
+                if not py or not rs:
+                    continue
+                free = h.get("exporter_c1")
+                out.append(
+                    f"| {c['label']} | {fmt_ms(py['latency_ms']['p50'])} | {fmt_ms(rs['latency_ms']['p50'])} "
+                    f"| {fmt_ratio(py['latency_ms']['p50'], rs['latency_ms']['p50'])} "
+                    f"| {fmt_ratio(c['python']['scrape_ms']['p50'], rs['latency_ms']['p50'])} "
+                    f"| {fmt_ms(free['latency_ms']['p50']) if free else '-'} |")
+            out.append("")
         out.append("### Resident memory of the servers after the HTTP runs\n")
         out.append("Anonymous is the heap; \"metric files\" is the part of the file-backed memory that maps "
                    "the directory's files (the rest is the binary and libraries). Used: the files' `used` bytes, "
@@ -952,6 +990,8 @@ def parse_args(argv):
     p.add_argument("--keep", action="store_true", help="keep the generated fixtures")
     p.add_argument("--skip-http", action="store_true")
     p.add_argument("--skip-writers", action="store_true")
+    p.add_argument("--no-one-cpu", action="store_true",
+                   help="skip the concurrency-1 HTTP runs with server and load generator pinned to one CPU")
     p.add_argument("--writers", type=int, default=4, help="Python writer processes (default 4)")
     p.add_argument("--writer-rate", type=float, default=20000.0,
                    help="operations per second per writer (default 20000)")
@@ -970,6 +1010,8 @@ def parse_args(argv):
     args.py_iterations, args.py_seconds = (10, 2.0) if quick else (100, 8.0)
     args.rs_iterations, args.rs_seconds = (100, 1.0) if quick else (2000, 3.0)
     args.concurrency = [1] if quick else [1, 8]
+    args.one_cpu = not quick and not args.no_one_cpu and shutil.which("taskset") is not None \
+        and len(os.sched_getaffinity(0)) > 1 and 0 in os.sched_getaffinity(0)
     args.py_http = (10, 2.0) if quick else (400, 8.0)     # (requests, seconds)
     args.rs_http = (200, 1.0) if quick else (50000, 5.0)
     if args.out is None and not quick:
