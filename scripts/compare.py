@@ -480,7 +480,10 @@ def measure_case(tools, args, label, processes, dead, workdir, membw):
                 for concurrency in args.concurrency:
                     http[f"{name}_c{concurrency}"] = http_load(tools, proc, port, concurrency, budget[0],
                                                                budget[1])
+                http[f"{name}_vm_hwm_kib"] = vm_hwm_kib(proc.pid)
+                http[f"{name}_memory"] = process_memory(proc.pid, directory)
                 if args.one_cpu:
+                    # After the memory readings, which stay those of the runs above.
                     # Server and load generator on one CPU: the same exchange
                     # without waking a halted vCPU for the request and again
                     # for the answer (see docs/performance.md).
@@ -490,8 +493,6 @@ def measure_case(tools, args, label, processes, dead, workdir, membw):
                         http[f"{name}_c1_one_cpu"] = http_load(tools, proc, port, 1, budget[0], budget[1], cpu="0")
                     finally:
                         pin_process(proc.pid, all_cpus)
-                http[f"{name}_vm_hwm_kib"] = vm_hwm_kib(proc.pid)
-                http[f"{name}_memory"] = process_memory(proc.pid, directory)
             http["directory_used"] = used_bytes(directory)
             case["http"] = http
         finally:
@@ -816,7 +817,7 @@ def targets(results):
             rss = (h.get("exporter_vm_hwm_kib") or 0) / 1024
             add("serving 16 processes: peak RSS < 20 MiB", rss < 20, f"VmHWM {rss:.1f} MiB")
             rates = {k: v["requests_per_second"] for k, v in h.items()
-                     if k.startswith("exporter_c") and isinstance(v, dict)}
+                     if k.startswith("exporter_c") and not k.endswith("_one_cpu") and isinstance(v, dict)}
             best = max(rates.values()) if rates else 0
             add("serving 16 processes: >= 2,000 scrapes/s over HTTP", best >= 2000,
                 ", ".join(f"{k.split('_')[1]}: {v:.0f}/s" for k, v in sorted(rates.items())))
