@@ -90,7 +90,8 @@ fn available_cores() -> usize {
 }
 
 /// Loads the values of `files` from their maps. A file whose header says
-/// it changed, or whose map faults, loses its map (and its values).
+/// it changed, or whose map faults, loses its map (and its values) and is
+/// marked as not listed in this collection.
 fn load_values(files: &mut [&mut CachedFile]) {
     for cached in files.iter_mut() {
         let cached = &mut **cached;
@@ -109,6 +110,10 @@ fn load_values(files: &mut [&mut CachedFile]) {
         if loaded != Some(Ok(())) {
             cached.map = None;
             cached.values.clear();
+            // Not listed until it is read again: if it cannot be read now,
+            // it is forgotten, as a file the check before the loads turned
+            // away, and read afresh next time.
+            cached.seen_in = 0;
         }
     }
 }

@@ -297,3 +297,40 @@ fn files_truncated_under_their_maps_are_left_out_on_either_thread() {
         assert_eq!(values, (0..256).map(|i| i as f64).collect::<Vec<_>>());
     }
 }
+
+/// Regression (fuzz `dir_reader`): a mapped file rewritten in place with a
+/// header claiming more than the file holds was left out but kept its
+/// parsed keys (its header is read after it was marked as listed); rewritten
+/// again with other keys below the old `used`, it was served with the old
+/// keys. A file whose header cannot be read keeps nothing: it is read afresh.
+#[test]
+fn a_file_left_out_after_its_map_was_dropped_is_read_afresh() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("counter_1.db");
+    write_file(&path, &[key(1, 0)]);
+    let mut reader = Reader::new();
+    let mut store = KeyStore::new();
+    assert_eq!(read_values(&mut reader, dir.path(), &mut store), [[0.0]]);
+    // In place (same inode): a header claiming more than the file holds.
+    let mut bad = std::fs::read(&path).unwrap();
+    let beyond = i32::try_from(bad.len() * 2).unwrap();
+    bad[..4].copy_from_slice(&beyond.to_ne_bytes());
+    let file = OpenOptions::new().write(true).open(&path).unwrap();
+    file.write_all_at(&bad, 0).unwrap();
+    let read = reader.read(&[Input::Directory(dir.path().to_path_buf())], &mut store);
+    assert_eq!(read.problems.len(), 1, "{:?}", read.problems);
+    drop(read);
+    // In place again: as long as the first version, another key.
+    let other = file_bytes(&[(key(2, 0).as_str(), 5.0, 0.0)]);
+    assert_eq!(other.len(), bad.len());
+    file.write_all_at(&other, 0).unwrap();
+    let read = reader.read(&[Input::Directory(dir.path().to_path_buf())], &mut store);
+    assert!(read.problems.is_empty(), "{:?}", read.problems);
+    let keys = read.files[0].merge.keys.to_vec();
+    let values: Vec<f64> = read.files[0].merge.values.iter().map(|v| v.0).collect();
+    drop(read);
+    let mut fresh = Reader::new();
+    let read = fresh.read(&[Input::Directory(dir.path().to_path_buf())], &mut store);
+    assert_eq!(keys, read.files[0].merge.keys);
+    assert_eq!(values, [5.0]);
+}
