@@ -75,13 +75,8 @@ impl Point {
         let mut models: BTreeMap<String, Totals> = BTreeMap::new();
         let mut kv: BTreeMap<String, (f64, usize)> = BTreeMap::new();
         for family in families {
-            // Most families hold none of the samples wanted: skip them
-            // whole (a sample's name starts with its family's).
-            if !family.name.starts_with("vllm:")
-                || !WANTED
-                    .iter()
-                    .any(|wanted| wanted.starts_with(&*family.name))
-            {
+            // Most families hold none of the samples wanted: skipped whole.
+            if !may_hold_wanted(&family.name) {
                 continue;
             }
             for sample in &family.samples {
@@ -113,38 +108,46 @@ impl Point {
 /// The KV-cache usage gauge (averaged over engines, not summed).
 const KV_CACHE_USAGE: &str = "vllm:kv_cache_usage_perc";
 
-/// Every sample name [`Point::of`] reads: [`KV_CACHE_USAGE`] and those of
-/// [`slot_of`].
-const WANTED: [&str; 11] = [
-    KV_CACHE_USAGE,
-    "vllm:num_requests_running",
-    "vllm:num_requests_waiting",
-    "vllm:prompt_tokens_total",
-    "vllm:generation_tokens_total",
-    "vllm:prefix_cache_hits_total",
-    "vllm:prefix_cache_queries_total",
-    "vllm:time_to_first_token_seconds_sum",
-    "vllm:time_to_first_token_seconds_count",
-    "vllm:request_time_per_output_token_seconds_sum",
-    "vllm:request_time_per_output_token_seconds_count",
+/// The field of [`Totals`] each sample name adds to (the KV-cache gauge,
+/// averaged, aside).
+const SLOTS: [(&str, Field); 10] = [
+    ("vllm:num_requests_running", |t| &mut t.requests_running),
+    ("vllm:num_requests_waiting", |t| &mut t.requests_waiting),
+    ("vllm:prompt_tokens_total", |t| &mut t.prompt_tokens),
+    ("vllm:generation_tokens_total", |t| &mut t.generation_tokens),
+    ("vllm:prefix_cache_hits_total", |t| &mut t.prefix_cache_hits),
+    ("vllm:prefix_cache_queries_total", |t| {
+        &mut t.prefix_cache_queries
+    }),
+    ("vllm:time_to_first_token_seconds_sum", |t| &mut t.ttft_sum),
+    ("vllm:time_to_first_token_seconds_count", |t| {
+        &mut t.ttft_count
+    }),
+    ("vllm:request_time_per_output_token_seconds_sum", |t| {
+        &mut t.tpot_sum
+    }),
+    ("vllm:request_time_per_output_token_seconds_count", |t| {
+        &mut t.tpot_count
+    }),
 ];
 
-/// The field of [`Totals`] a sample adds to, by sample name (the KV-cache
-/// gauge, averaged, aside).
-fn slot_of(sample: &str) -> Option<fn(&mut Totals) -> &mut Option<f64>> {
-    Some(match sample {
-        "vllm:num_requests_running" => |t| &mut t.requests_running,
-        "vllm:num_requests_waiting" => |t| &mut t.requests_waiting,
-        "vllm:prompt_tokens_total" => |t| &mut t.prompt_tokens,
-        "vllm:generation_tokens_total" => |t| &mut t.generation_tokens,
-        "vllm:prefix_cache_hits_total" => |t| &mut t.prefix_cache_hits,
-        "vllm:prefix_cache_queries_total" => |t| &mut t.prefix_cache_queries,
-        "vllm:time_to_first_token_seconds_sum" => |t| &mut t.ttft_sum,
-        "vllm:time_to_first_token_seconds_count" => |t| &mut t.ttft_count,
-        "vllm:request_time_per_output_token_seconds_sum" => |t| &mut t.tpot_sum,
-        "vllm:request_time_per_output_token_seconds_count" => |t| &mut t.tpot_count,
-        _ => return None,
-    })
+/// A field of [`Totals`].
+type Field = fn(&mut Totals) -> &mut Option<f64>;
+
+/// The field of [`Totals`] a sample adds to, by sample name.
+fn slot_of(sample: &str) -> Option<Field> {
+    SLOTS
+        .iter()
+        .find(|(name, _)| *name == sample)
+        .map(|(_, field)| *field)
+}
+
+/// Whether a family may hold a sample [`Point::of`] reads (a sample's name
+/// starts with its family's).
+fn may_hold_wanted(family: &str) -> bool {
+    family.starts_with("vllm:")
+        && (KV_CACHE_USAGE.starts_with(family)
+            || SLOTS.iter().any(|(name, _)| name.starts_with(family)))
 }
 
 /// What the status page charts for one model at one point, and what the
