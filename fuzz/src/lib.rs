@@ -711,7 +711,9 @@ const MAX_SECTIONS: usize = 32;
 /// deletes `NAME`, and a new name creates a file; every file touched is
 /// rechecked, as `serve` does on inotify events. The same `Reader` collects
 /// after every round, so its incremental reading, file maps, plan reuse and
-/// failure cache are fuzzed.
+/// failure cache are fuzzed; it collects as `serve` does, holding the last
+/// merge's families ([`Collector::collect_since`]), so a round it finds
+/// unchanged is checked with those.
 ///
 /// Properties: nothing panics; after every round, the reader's families (as
 /// text) and the set of files it leaves out equal those of a fresh pure merge
@@ -735,6 +737,8 @@ pub fn dir_reader(data: &[u8]) {
         .expect("temporary directory");
     let mut reader = Collector::new();
     let inputs = [Input::Directory(dir.path().to_path_buf())];
+    // The last merge's id and families, as `serve` holds them.
+    let mut held: Option<(u64, Vec<MetricFamily>)> = None;
     // Bytes of every file as of the last collection (what the reader may have cached).
     let mut previous: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     let mut current = previous.clone();
@@ -777,7 +781,24 @@ pub fn dir_reader(data: &[u8]) {
                 comparable &= keys_kept(old, bytes);
             }
         }
-        let collection = reader.collect(&inputs);
+        let mut collection = reader.collect_since(&inputs, held.as_ref().map(|(id, _)| *id));
+        match &held {
+            Some((id, families)) if collection.unchanged => {
+                assert_eq!(collection.merged_id, *id, "an unchanged merge keeps its id");
+                assert!(
+                    collection.families.is_empty(),
+                    "an unchanged merge gives no families"
+                );
+                collection.families = families.clone();
+            }
+            _ => {
+                assert!(
+                    !collection.unchanged,
+                    "unchanged since a merge the caller does not hold"
+                );
+                held = Some((collection.merged_id, collection.families.clone()));
+            }
+        }
         if comparable {
             compare_with_pure_merge(dir.path(), &collection, &current);
         }

@@ -4,7 +4,7 @@
 use super::compaction::{Candidate, CompactionReport, Compactor};
 use super::lifecycle::{sort_out, SkippedShare, WriterReport};
 use super::per_writer::PerWriter;
-use crate::merge::{KeyStore, MergeInput, PlanCache};
+use crate::merge::{KeyStore, MergeInput, Merged, PlanCache};
 use crate::model::MetricFamily;
 use crate::source::link_policy::LinkPolicy;
 use crate::source::writers::{Visibility, WriterPolicy, Writers};
@@ -56,6 +56,13 @@ pub struct Collection {
     /// With `per_writer.ray_logs`: the directory and why it cannot be read
     /// (writers keep their pids meanwhile).
     pub ray_logs_unreadable: Option<(std::path::PathBuf, String)>,
+    /// Identifies the merge that made `families`: two collections with the
+    /// same id merged the same inputs into the same families.
+    pub merged_id: u64,
+    /// The merge was skipped: its inputs were those of the merge the caller
+    /// holds the families of ([`Collector::collect_since`]). `families` is
+    /// then empty, and the caller's families of merge `merged_id` stand.
+    pub unchanged: bool,
 }
 
 /// Reads and merges a set of inputs incrementally; keep one per set of
@@ -87,6 +94,31 @@ pub struct Collector {
     rebuilds: u64,
     /// Give freed heap back to the system before the next collection.
     trim: bool,
+    /// Merges so far (each one's [`Collection::merged_id`]).
+    merges: u64,
+    /// The last merge, if it can stand for a later one with the same inputs.
+    last_merge: Option<LastMerge>,
+}
+
+/// What a merge was made of: equal inputs, equal merged families. The files
+/// skipped are named by their token (they are unchanged while it is); each
+/// file merged by its place, its structure, its values' version and whether
+/// it was folded.
+#[derive(Debug, PartialEq, Eq)]
+struct MergeInputs {
+    skipped: Option<SkipToken>,
+    files: Vec<(usize, u64, u64, bool)>,
+}
+
+/// The last merge and what a collection that skips it reports again.
+#[derive(Debug)]
+struct LastMerge {
+    id: u64,
+    inputs: MergeInputs,
+    /// The files the merge left out.
+    problems: Vec<(usize, Problem)>,
+    files_merged: usize,
+    records: usize,
 }
 
 /// The key store keeps every key, label set and pid it has seen, so that an
@@ -113,6 +145,8 @@ impl Default for Collector {
             rebuild: false,
             rebuilds: 0,
             trim: false,
+            merges: 0,
+            last_merge: None,
         }
     }
 }
@@ -186,9 +220,23 @@ impl Collector {
     /// Lists, reads and merges `inputs` (in order; directories expanded in
     /// `readdir` order in place).
     pub fn collect(&mut self, inputs: &[Input]) -> Collection {
+        self.collect_since(inputs, None)
+    }
+
+    /// [`Self::collect`], for a caller that holds the families of merge
+    /// `held` (a [`Collection::merged_id`] it was given with them): when
+    /// every file to merge is the same and holds the same values as in that
+    /// merge, the merge is skipped and the collection says so
+    /// ([`Collection::unchanged`], with no families). Everything else (the
+    /// listing, the writers, the problems, the counters) is collected anew.
+    ///
+    /// Only without `per_writer` and without writers' `process_*` families
+    /// (which change with time, not with the files).
+    pub fn collect_since(&mut self, inputs: &[Input], held: Option<u64>) -> Collection {
         if std::mem::take(&mut self.rebuild) {
             self.store = KeyStore::new();
             self.plans = PlanCache::new();
+            self.last_merge = None;
             self.reader.forget_files();
             self.fresh_store_bytes = None;
             self.rebuilds += 1;
@@ -274,102 +322,143 @@ impl Collector {
             }
         }
         self.dead_before = dead_now;
-        let mut conflicts = Vec::new();
-        let steady = token.is_some()
-            && self.per_writer.is_none()
-            && self.steady.as_ref().map(|(t, _)| t) == token.as_ref();
-        let per_writer_merged = if let Some(per_writer) = &mut self.per_writer {
-            // Every file, the skipped ones in their places: each writer's
-            // plan cache keeps the work small. A dead writer's gauges are
-            // not its own series any more (Ray's agent forgets a worker's
-            // gauges once it stops reporting); its totals stay.
-            let skipped = read.skipped.files();
-            let keep = share.map_or(&[][..], |s| &s.keep[..]);
-            let mut all: Vec<&ReadFile<'_>> = kept
-                .iter()
-                .zip(&kept_dead)
-                .filter(|(f, dead)| !(**dead && f.merge.name.is_gauge()))
-                .map(|(f, _)| *f)
-                .chain(
-                    skipped
+        let merge_inputs =
+            (self.per_writer.is_none() && writers.process_families.is_empty()).then(|| {
+                MergeInputs {
+                    skipped: token.clone(),
+                    files: kept
                         .iter()
-                        .zip(keep)
-                        .filter(|(f, keep)| **keep && !f.merge.name.is_gauge())
-                        .map(|(f, _)| f),
-                )
-                .collect();
-            all.sort_by_key(|f| f.position);
-            let names: Vec<std::borrow::Cow<'_, str>> = all
-                .iter()
-                .map(|f| f.path.file_name().unwrap_or_default().to_string_lossy())
-                .collect();
-            let inputs: Vec<(&str, MergeInput<'_>)> = names
-                .iter()
-                .zip(&all)
-                .map(|(name, f)| (&**name, f.merge))
-                .collect();
-            let out = per_writer.merge(&mut self.store, &inputs);
-            for (i, error) in out.merged.excluded.iter() {
-                problems.push(problem(all[*i], error.clone()));
-            }
-            self.steady = None;
-            conflicts = out.conflicts;
-            Some(out.merged)
-        } else {
-            None
-        };
-        let merged = if per_writer_merged.is_some() {
-            None
-        } else if steady {
-            let inputs: Vec<MergeInput<'_>> = kept.iter().map(|f| f.merge).collect();
-            self.plans.merge_steady(&inputs)
-        } else {
-            None
-        };
-        let merged = match (per_writer_merged, merged) {
-            (Some(merged), _) => merged,
-            (None, Some(merged)) => {
-                for (i, error) in merged.excluded.iter() {
-                    problems.push(problem(kept[*i], error.clone()));
+                        .zip(&folded)
+                        .map(|(f, fold)| (f.position, f.merge.generation, f.values_version, *fold))
+                        .collect(),
                 }
-                if let Some((_, skipped_problems)) = &self.steady {
-                    problems.extend(skipped_problems.iter().cloned());
-                }
-                merged
+            });
+        let reused = self
+            .last_merge
+            .as_ref()
+            .filter(|last| held == Some(last.id) && merge_inputs.as_ref() == Some(&last.inputs));
+        let mut conflicts = Vec::new();
+        let merge_problems = problems.len();
+        let merged = if let Some(last) = reused {
+            problems.extend(last.problems.iter().cloned());
+            Merged {
+                files_merged: last.files_merged,
+                records: last.records,
+                ..Merged::default()
             }
-            (None, None) => {
-                // Every file, the skipped ones in their places.
+        } else {
+            let steady = token.is_some()
+                && self.per_writer.is_none()
+                && self.steady.as_ref().map(|(t, _)| t) == token.as_ref();
+            let per_writer_merged = if let Some(per_writer) = &mut self.per_writer {
+                // Every file, the skipped ones in their places: each writer's
+                // plan cache keeps the work small. A dead writer's gauges are
+                // not its own series any more (Ray's agent forgets a worker's
+                // gauges once it stops reporting); its totals stay.
                 let skipped = read.skipped.files();
                 let keep = share.map_or(&[][..], |s| &s.keep[..]);
-                let mut all: Vec<(&ReadFile<'_>, bool, bool)> =
-                    Vec::with_capacity(kept.len() + skipped.len());
-                let mut visited = kept.iter().zip(&folded).peekable();
-                for (file, _) in skipped.iter().zip(keep).filter(|(_, keep)| **keep) {
-                    while let Some((read_file, fold)) =
-                        visited.next_if(|(f, _)| f.position < file.position)
-                    {
-                        all.push((read_file, *fold, false));
-                    }
-                    all.push((file, true, true));
+                let mut all: Vec<&ReadFile<'_>> = kept
+                    .iter()
+                    .zip(&kept_dead)
+                    .filter(|(f, dead)| !(**dead && f.merge.name.is_gauge()))
+                    .map(|(f, _)| *f)
+                    .chain(
+                        skipped
+                            .iter()
+                            .zip(keep)
+                            .filter(|(f, keep)| **keep && !f.merge.name.is_gauge())
+                            .map(|(f, _)| f),
+                    )
+                    .collect();
+                all.sort_by_key(|f| f.position);
+                let names: Vec<std::borrow::Cow<'_, str>> = all
+                    .iter()
+                    .map(|f| f.path.file_name().unwrap_or_default().to_string_lossy())
+                    .collect();
+                let inputs: Vec<(&str, MergeInput<'_>)> = names
+                    .iter()
+                    .zip(&all)
+                    .map(|(name, f)| (&**name, f.merge))
+                    .collect();
+                let out = per_writer.merge(&mut self.store, &inputs);
+                for (i, error) in out.merged.excluded.iter() {
+                    problems.push(problem(all[*i], error.clone()));
                 }
-                all.extend(visited.map(|(f, fold)| (*f, *fold, false)));
-                let inputs: Vec<MergeInput<'_>> = all.iter().map(|(f, _, _)| f.merge).collect();
-                let frozen: Vec<bool> = all.iter().map(|(_, fold, _)| *fold).collect();
-                let is_skipped: Vec<bool> = all.iter().map(|(_, _, s)| *s).collect();
-                let merged =
-                    self.plans
-                        .merge_folding(&mut self.store, &inputs, &frozen, &is_skipped);
-                let mut skipped_problems = Vec::new();
-                for (i, error) in merged.excluded.iter() {
-                    let (file, _, skipped) = all[*i];
-                    let problem = problem(file, error.clone());
-                    if skipped {
-                        skipped_problems.push(problem.clone());
+                self.steady = None;
+                conflicts = out.conflicts;
+                Some(out.merged)
+            } else {
+                None
+            };
+            let merged = if per_writer_merged.is_some() {
+                None
+            } else if steady {
+                let inputs: Vec<MergeInput<'_>> = kept.iter().map(|f| f.merge).collect();
+                self.plans.merge_steady(&inputs)
+            } else {
+                None
+            };
+            let merged = match (per_writer_merged, merged) {
+                (Some(merged), _) => merged,
+                (None, Some(merged)) => {
+                    for (i, error) in merged.excluded.iter() {
+                        problems.push(problem(kept[*i], error.clone()));
                     }
-                    problems.push(problem);
+                    if let Some((_, skipped_problems)) = &self.steady {
+                        problems.extend(skipped_problems.iter().cloned());
+                    }
+                    merged
                 }
-                self.steady = token.map(|token| (token, skipped_problems));
-                merged
+                (None, None) => {
+                    // Every file, the skipped ones in their places.
+                    let skipped = read.skipped.files();
+                    let keep = share.map_or(&[][..], |s| &s.keep[..]);
+                    let mut all: Vec<(&ReadFile<'_>, bool, bool)> =
+                        Vec::with_capacity(kept.len() + skipped.len());
+                    let mut visited = kept.iter().zip(&folded).peekable();
+                    for (file, _) in skipped.iter().zip(keep).filter(|(_, keep)| **keep) {
+                        while let Some((read_file, fold)) =
+                            visited.next_if(|(f, _)| f.position < file.position)
+                        {
+                            all.push((read_file, *fold, false));
+                        }
+                        all.push((file, true, true));
+                    }
+                    all.extend(visited.map(|(f, fold)| (*f, *fold, false)));
+                    let inputs: Vec<MergeInput<'_>> = all.iter().map(|(f, _, _)| f.merge).collect();
+                    let frozen: Vec<bool> = all.iter().map(|(_, fold, _)| *fold).collect();
+                    let is_skipped: Vec<bool> = all.iter().map(|(_, _, s)| *s).collect();
+                    let merged =
+                        self.plans
+                            .merge_folding(&mut self.store, &inputs, &frozen, &is_skipped);
+                    let mut skipped_problems = Vec::new();
+                    for (i, error) in merged.excluded.iter() {
+                        let (file, _, skipped) = all[*i];
+                        let problem = problem(file, error.clone());
+                        if skipped {
+                            skipped_problems.push(problem.clone());
+                        }
+                        problems.push(problem);
+                    }
+                    self.steady = token.map(|token| (token, skipped_problems));
+                    merged
+                }
+            };
+            merged
+        };
+        let unchanged = reused.is_some();
+        let merged_id = match reused {
+            Some(last) => last.id,
+            None => {
+                self.merges += 1;
+                self.last_merge = merge_inputs.map(|inputs| LastMerge {
+                    id: self.merges,
+                    inputs,
+                    problems: problems[merge_problems..].to_vec(),
+                    files_merged: merged.files_merged,
+                    records: merged.records,
+                });
+                self.merges
             }
         };
         let merged_replanned = merged.replanned;
@@ -447,6 +536,8 @@ impl Collector {
                 .as_ref()
                 .and_then(PerWriter::ray_logs_error)
                 .map(|(path, error)| (path.to_path_buf(), error.to_owned())),
+            merged_id,
+            unchanged,
         }
     }
 }

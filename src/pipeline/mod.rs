@@ -206,9 +206,16 @@ impl Source {
 
     /// Lists, reads and merges the inputs.
     pub fn collect(&mut self) -> Gathered {
+        self.collect_since(None)
+    }
+
+    /// [`Self::collect`], for a caller that holds the families of merge
+    /// `held`: see [`Collector::collect_since`]. Subdirectories are always
+    /// merged anew.
+    pub fn collect_since(&mut self, held: Option<u64>) -> Gathered {
         match &mut self.kind {
             Kind::Inputs(collector) => {
-                let mut collection = collector.collect(&self.inputs);
+                let mut collection = collector.collect_since(&self.inputs, held);
                 let events = std::mem::take(&mut collection.conflicts)
                     .into_iter()
                     .map(Event::WriterConflict)

@@ -222,6 +222,9 @@ impl SubdirectoryReader {
             writers,
             conflicts: Vec::new(),
             ray_logs_unreadable,
+            // Always merged anew: never `unchanged`.
+            merged_id: 0,
+            unchanged: false,
         };
         out.conflicts = combined.conflicts;
         out.writer_conflicts = writer_conflicts;

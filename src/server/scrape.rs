@@ -10,8 +10,17 @@
 //! encoded (and gzipped) body is shared too: concurrent scrapes that ask for
 //! the same format, escaping, names and compression wait for one encoding
 //! instead of each holding a copy, so eight scrapes of a large directory
-//! cost about one body of memory. Nothing is kept between scrapes: the
-//! families and bodies are held only while a request uses them.
+//! cost about one body of memory.
+//!
+//! Between scrapes, the last collection's families (and its whole-scrape
+//! bodies, up to [`KEEP_BODY_MAX_BYTES`] each) are kept for one purpose:
+//! when no file to merge changed (the same files, the same structure, every
+//! value the same bit for bit) and neither did the configuration, the
+//! collector skips the merge ([`crate::pipeline::Collector::collect_since`])
+//! and the scrape serves those families, and those bodies, again. The
+//! listing, the writers' states and every value are still read at every
+//! scrape; only work whose result is known is skipped. With upstreams, the
+//! families are always merged anew.
 //!
 //! The configuration's upstreams are fetched while the directory is read
 //! and merged after it ([`crate::server::upstream`]); being part of the
@@ -102,6 +111,9 @@ struct InFlight {
 /// the exporter's own.
 #[derive(Debug, Default)]
 pub(crate) struct Served {
+    /// Identifies these families: a scrape that gets a [`Served`] with the
+    /// same id gets the same families, and the same bodies (0: none).
+    pub(crate) id: u64,
     /// Every family, as `/metrics` serves them.
     pub(crate) families: Vec<MetricFamily>,
     /// How many of them come from the metric files (the rest are the
@@ -116,11 +128,19 @@ const QUICK_SCRAPE: std::time::Duration = std::time::Duration::from_micros(500);
 /// is encoded in full every time, as without a memo).
 const MEMO_MAX_BYTES: usize = 16 << 20;
 
+/// The longest whole-scrape body kept between scrapes of an unchanged
+/// directory (bodies are otherwise held only while a request uses them).
+const KEEP_BODY_MAX_BYTES: usize = 4 << 20;
+
 /// The bodies being encoded or sent for the current collection, by request.
 #[derive(Debug, Default)]
 struct Bodies {
-    generation: u64,
+    /// The [`Served::id`] they are bodies of.
+    served: u64,
     entries: Vec<(BodyKey, std::sync::Weak<OnceLock<Rendered>>)>,
+    /// The whole-scrape bodies (no `?name[]=`) of these families, kept
+    /// while they stand (see the module's documentation).
+    kept: Vec<Arc<OnceLock<Rendered>>>,
 }
 
 /// What makes two scrapes' bodies equal.
@@ -167,6 +187,25 @@ impl AsRef<[u8]> for SharedBody {
 struct ScrapeState {
     source: Source,
     reporter: Reporter,
+    /// The last collection, while its families can stand for the next one.
+    reusable: Option<Reusable>,
+    /// The last [`Served::id`] given.
+    served_ids: u64,
+}
+
+/// A collection whose families stand for the next one if the collector
+/// finds the merge's inputs unchanged and the configuration is the same.
+#[derive(Debug)]
+struct Reusable {
+    /// The collector's [`pipeline::Collection::merged_id`].
+    merged_id: u64,
+    /// The configuration it was transformed with (kept, so that a new one
+    /// cannot take its address).
+    config: Arc<Config>,
+    /// What it served; its first `merged` families are the merged ones.
+    served: Arc<Served>,
+    /// Its point of the history (vLLM's curated numbers).
+    point: Point,
 }
 
 /// What a scrape asks for.
@@ -205,6 +244,8 @@ impl Scraper {
                     .with_memory_budget(memory_budget)
                     .with_writer_policy(writer_policy),
                 reporter: Reporter::new(dead_files_warning),
+                reusable: None,
+                served_ids: 0,
             }),
             inputs,
             in_flight: Mutex::new(InFlight::default()),
@@ -249,12 +290,11 @@ impl Scraper {
     pub(crate) fn render(
         &self,
         request: &Request,
-        config: &Config,
+        config: &Arc<Config>,
         self_metrics: Option<&SelfMetrics>,
     ) -> SharedBody {
         let start = Instant::now();
-        let (generation, served) =
-            self.coalesced(|| self.collect(config, self_metrics, request.scrape_timeout));
+        let served = self.coalesced(|| self.collect(config, self_metrics, request.scrape_timeout));
         let key = BodyKey {
             format: request.format,
             escaping: request.escaping,
@@ -263,9 +303,10 @@ impl Scraper {
         };
         let cell = {
             let mut bodies = self.bodies.lock().unwrap_or_else(|e| e.into_inner());
-            if bodies.generation != generation {
-                bodies.generation = generation;
+            if bodies.served != served.id || served.id == 0 {
+                bodies.served = served.id;
                 bodies.entries.clear();
+                bodies.kept.clear();
             }
             bodies.entries.retain(|(_, cell)| cell.strong_count() > 0);
             let found = bodies
@@ -280,7 +321,13 @@ impl Scraper {
             })
         };
         // The first scrape encodes; the others with the same key wait for it.
-        cell.get_or_init(|| self.encode(request, &served));
+        let rendered = cell.get_or_init(|| self.encode(request, &served));
+        if request.names.is_none() && rendered.body.len() <= KEEP_BODY_MAX_BYTES {
+            let mut bodies = self.bodies.lock().unwrap_or_else(|e| e.into_inner());
+            if bodies.served == served.id && !bodies.kept.iter().any(|k| Arc::ptr_eq(k, &cell)) {
+                bodies.kept.push(cell.clone());
+            }
+        }
         let nanos = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.last_render_nanos
             .store(nanos.max(1), Ordering::Relaxed);
@@ -351,8 +398,8 @@ impl Scraper {
 
     /// Runs `collect`, unless a collection is already in flight: then waits
     /// for it and returns its result (or, when every scrape is already done
-    /// with it, runs another). Returns the collection's generation too.
-    fn coalesced(&self, collect: impl Fn() -> Served) -> (u64, Arc<Served>) {
+    /// with it, runs another).
+    fn coalesced(&self, collect: impl Fn() -> Arc<Served>) -> Arc<Served> {
         let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if !in_flight.running {
@@ -373,22 +420,21 @@ impl Scraper {
             }
             if let Some(last) = last {
                 tracing::debug!("Joined a collection in flight.");
-                return (in_flight.generation, last);
+                return last;
             }
         }
         in_flight.running = true;
         drop(in_flight);
         // Never leave `running` set: a panic (a bug) yields an empty result.
-        let result = Arc::new(catch_unwind(AssertUnwindSafe(collect)).unwrap_or_else(|_| {
+        let result = catch_unwind(AssertUnwindSafe(collect)).unwrap_or_else(|_| {
             tracing::error!("A collection panicked (a bug); serving nothing this time.");
-            Served::default()
-        }));
+            Arc::new(Served::default())
+        });
         let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
         in_flight.running = false;
         in_flight.generation += 1;
         in_flight.last = Arc::downgrade(&result);
         in_flight.held = (in_flight.waiting > 0).then(|| result.clone());
-        let generation = in_flight.generation;
         let waiting = in_flight.waiting > 0;
         drop(in_flight);
         // A waiter counts itself in under the lock before it waits: with
@@ -396,18 +442,20 @@ impl Scraper {
         if waiting {
             self.finished.notify_all();
         }
-        (generation, result)
+        result
     }
 
     /// Reads and merges the directories, fetches the upstreams meanwhile
     /// and merges them after, applies the configuration and adds the
-    /// self-metrics.
+    /// self-metrics. The last collection's families stand when the
+    /// collector finds nothing to merge changed (see the module's
+    /// documentation).
     fn collect(
         &self,
-        config: &Config,
+        config: &Arc<Config>,
         self_metrics: Option<&SelfMetrics>,
         scrape_timeout: Option<Duration>,
-    ) -> Served {
+    ) -> Arc<Served> {
         let pending = self.upstreams.start(&config.upstreams, scrape_timeout);
         let mut state = self.lock();
         let state = &mut *state;
@@ -422,7 +470,12 @@ impl Scraper {
             }
         }
         state.source.set_per_writer(config.per_writer.as_ref());
-        let collected = catch_unwind(AssertUnwindSafe(|| state.source.collect()));
+        let held = state
+            .reusable
+            .as_ref()
+            .filter(|r| config.upstreams.is_empty() && Arc::ptr_eq(&r.config, config))
+            .map(|r| r.merged_id);
+        let collected = catch_unwind(AssertUnwindSafe(|| state.source.collect_since(held)));
         let panicked = collected.is_err();
         let mut gathered = collected.unwrap_or_else(|_| {
             tracing::error!(
@@ -431,14 +484,44 @@ impl Scraper {
             state.source.reset();
             Gathered::default()
         });
+        let now = unix_now();
+        let reused = match state.reusable.take() {
+            Some(r) if gathered.collection.unchanged && held == Some(r.merged_id) => Some(r),
+            _ => None,
+        };
+        if let Some(mut reused) = reused {
+            let merged = &reused.served.families[..reused.served.merged];
+            let point = Point {
+                at: now,
+                ..reused.point.clone()
+            };
+            self.insight.record(
+                point,
+                LastCollection::of(&gathered, merged, now, start.elapsed()),
+            );
+            state.reporter.collection(
+                &gathered,
+                merged.len(),
+                start.elapsed(),
+                panicked,
+                self_metrics,
+            );
+            if self_metrics.is_some() {
+                // The exporter's own families change with every scrape.
+                let families = merged.to_vec();
+                reused.served = self.served(state, families, self_metrics);
+            }
+            let served = reused.served.clone();
+            state.reusable = Some(reused);
+            return served;
+        }
         let merged = std::mem::take(&mut gathered.collection.families);
         let merged = self.upstreams.finish(pending, merged);
-        let now = unix_now();
         // vLLM's curated numbers, from vLLM's own names.
         let point = Point::of(&merged, now);
-        let (mut families, collisions) = pipeline::transform(config, merged);
+        let (families, collisions) = pipeline::transform(config, merged);
         self.insight.record(
-            point,
+            point.clone(),
             LastCollection::of(&gathered, &families, now, start.elapsed()),
         );
         state.reporter.collection(
@@ -449,6 +532,24 @@ impl Scraper {
             self_metrics,
         );
         state.reporter.collisions(&collisions);
+        let served = self.served(state, families, self_metrics);
+        state.reusable = (!panicked && config.upstreams.is_empty()).then(|| Reusable {
+            merged_id: gathered.collection.merged_id,
+            config: config.clone(),
+            served: served.clone(),
+            point,
+        });
+        served
+    }
+
+    /// What a collection serves: its transformed `families`, then the
+    /// exporter's own (those whose names they do not take), under a new id.
+    fn served(
+        &self,
+        state: &mut ScrapeState,
+        mut families: Vec<MetricFamily>,
+        self_metrics: Option<&SelfMetrics>,
+    ) -> Arc<Served> {
         let merged = families.len();
         if let Some(m) = self_metrics {
             let mut own = m.families();
@@ -457,18 +558,22 @@ impl Scraper {
             state.reporter.self_metric_clashes(&clashes);
             families.extend(own);
         }
-        Served { families, merged }
+        state.served_ids += 1;
+        Arc::new(Served {
+            id: state.served_ids,
+            families,
+            merged,
+        })
     }
 
     /// The families of a collection (run now, or joined if one is in
     /// flight), as `/metrics` serves them.
     pub(crate) fn families(
         &self,
-        config: &Config,
+        config: &Arc<Config>,
         self_metrics: Option<&SelfMetrics>,
     ) -> Arc<Served> {
         self.coalesced(|| self.collect(config, self_metrics, None))
-            .1
     }
 
     /// The curated history and the last collection's status.

@@ -130,8 +130,12 @@ impl MappedFile {
         }))
     }
 
-    /// Reads the value and timestamp (two `f64`s in native byte order, as [`crate::format::layout`] reads them) at each of
-    /// `offsets` into `values`, replacing its contents.
+    /// Reads the value and timestamp (two `f64`s in native byte order, as
+    /// [`crate::format::layout`] reads them) at each of `offsets` into
+    /// `values`, replacing its contents. `Ok(true)` if they differ from what
+    /// `values` held, bit for bit (`-0.0` is not `0.0`, a NaN is not another
+    /// NaN's payload): a caller that keeps the previous values learns whether
+    /// the file changed for the price of reading them.
     ///
     /// Returns `None` (and leaves `values` empty) if an offset is out of
     /// bounds or not a multiple of 8: the caller reads the file with `pread`.
@@ -139,18 +143,20 @@ impl MappedFile {
         &self,
         offsets: &[u32],
         values: &mut Vec<(f64, f64)>,
-    ) -> Option<Result<(), Truncated>> {
-        values.clear();
+    ) -> Option<Result<bool, Truncated>> {
         let len = self.len();
         if !offsets
             .iter()
             .all(|&o| o % 8 == 0 && (o as usize).checked_add(16).is_some_and(|end| end <= len))
         {
+            values.clear();
             return None;
         }
-        values.reserve(offsets.len());
+        let resized = values.len() != offsets.len();
+        values.resize(offsets.len(), (0.0, 0.0));
         let result = self.guarded(|base| {
-            for &offset in offsets {
+            let mut differ = 0u64;
+            for (slot, &offset) in values.iter_mut().zip(offsets) {
                 // SAFETY: every offset was checked above: `offset + 16 <= len`
                 // (both words inside the map, which stays mapped while `self`
                 // lives) and `offset % 8 == 0` with a page-aligned base, so
@@ -164,8 +170,10 @@ impl MappedFile {
                         std::ptr::read_volatile(word.add(1)),
                     )
                 };
-                values.push((f64::from_bits(value), f64::from_bits(timestamp)));
+                differ |= (slot.0.to_bits() ^ value) | (slot.1.to_bits() ^ timestamp);
+                *slot = (f64::from_bits(value), f64::from_bits(timestamp));
             }
+            resized || differ != 0
         });
         if result.is_err() {
             values.clear();
@@ -399,8 +407,41 @@ mod tests {
         std::os::unix::fs::FileExt::write_at(&file, &1.5f64.to_ne_bytes(), 16).unwrap();
         std::os::unix::fs::FileExt::write_at(&file, &7.0f64.to_ne_bytes(), 24).unwrap();
         let mut values = Vec::new();
-        assert_eq!(map.load_values(&[16, 48], &mut values), Some(Ok(())));
+        assert_eq!(map.load_values(&[16, 48], &mut values), Some(Ok(true)));
         assert_eq!(values, vec![(1.5, 7.0), (0.0, 0.0)]);
+    }
+
+    #[test]
+    fn load_values_tells_whether_any_bit_changed() {
+        let file = file_with(&[0u8; 64]);
+        let map = MappedFile::new(&file, 64).unwrap();
+        let write = |offset: u64, value: f64| {
+            std::os::unix::fs::FileExt::write_at(&file, &value.to_ne_bytes(), offset).unwrap();
+        };
+        write(16, 2.0);
+        let mut values = Vec::new();
+        assert_eq!(map.load_values(&[16, 32], &mut values), Some(Ok(true)));
+        assert_eq!(map.load_values(&[16, 32], &mut values), Some(Ok(false)));
+        // A value, a timestamp, a sign bit alone, a NaN's payload.
+        for (offset, value) in [(16, 3.0), (24, 1.0), (32, -0.0), (40, f64::NAN)] {
+            write(offset, value);
+            assert_eq!(
+                map.load_values(&[16, 32], &mut values),
+                Some(Ok(true)),
+                "{offset}"
+            );
+            assert_eq!(
+                map.load_values(&[16, 32], &mut values),
+                Some(Ok(false)),
+                "{offset}"
+            );
+        }
+        write(40, -f64::NAN);
+        assert_eq!(map.load_values(&[16, 32], &mut values), Some(Ok(true)));
+        assert_eq!(values[1].0.to_bits(), (-0.0f64).to_bits());
+        // Other offsets: other values, even when the bits happen to match.
+        assert_eq!(map.load_values(&[16], &mut values), Some(Ok(true)));
+        assert_eq!(values, vec![(3.0, 1.0)]);
     }
 
     #[test]

@@ -42,6 +42,9 @@ struct CachedFile {
     values: Vec<(f64, f64)>,
     /// Changes whenever `keys` changes; identifies the file's structure.
     generation: u64,
+    /// Changes whenever a value may have changed (with `generation`, it
+    /// identifies what the file gives the merge).
+    values_version: u64,
     /// The collection that last listed it.
     seen_in: u64,
     /// Where that collection listed it (an index into its listing).
@@ -82,6 +85,9 @@ pub struct ReadFile<'a> {
     pub used_bytes: usize,
     /// Already frozen ([`Reader::freeze`]): its values were not loaded.
     pub frozen: bool,
+    /// Changes whenever one of its values may have changed: equal
+    /// `merge.generation` and `values_version`, equal input to the merge.
+    pub values_version: u64,
     /// What the merge needs: name, keys, values and structure generation.
     pub merge: MergeInput<'a>,
 }
@@ -582,6 +588,7 @@ impl Reader {
                     value_offsets: Vec::new(),
                     values: Vec::new(),
                     generation,
+                    values_version: 0,
                     seen_in: self.collections,
                     listed_at: index,
                     recheck: false,
@@ -721,6 +728,7 @@ impl Reader {
         // holds them (read again if a later window replaced it), else from
         // the map, else read again a window at a time.
         cached.values.clear();
+        cached.values_version = cached.values_version.wrapping_add(1);
         let old_offsets = &cached.value_offsets[..old_records];
         let first_len = got.min(used);
         if old_offsets
@@ -748,7 +756,7 @@ impl Reader {
                 .map
                 .as_ref()
                 .and_then(|map| map.load_values(old_offsets, &mut cached.values));
-            if loaded != Some(Ok(())) {
+            if !matches!(loaded, Some(Ok(_))) {
                 cached.values.clear();
                 read_values(&file, &mut self.buffer, old_offsets, &mut cached.values)?;
             }

@@ -509,6 +509,57 @@ fn files_added_changed_and_removed_between_scrapes() {
 }
 
 #[test]
+fn scrapes_of_an_unchanged_directory_serve_the_last_merge_until_a_value_changes() {
+    // Regression guard for the skipped merge: after several scrapes that
+    // found nothing changed (and served the last families, and without
+    // self-metrics the last body), a value written in place is served by
+    // the very next scrape, with and without the self-metrics.
+    for own_metrics in [true, false] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let (file, offset) = write_counter(dir, "100", 1.0);
+        let mut args = vec!["--dir", dir.to_str().unwrap()];
+        if !own_metrics {
+            args.push("--web.disable-exporter-metrics");
+        }
+        let exporter = Exporter::start(&args);
+        let line = |v: &str| format!("vllm:prompt_tokens_total{{model_name=\"m\"}} {v}\n");
+        let first = exporter.metrics();
+        for _ in 0..5 {
+            let body = exporter.metrics();
+            assert!(body.contains(&line("1.0")), "{body}");
+            if own_metrics {
+                assert!(
+                    body.contains("multiproc_exporter_scrape_files_read 1.0\n"),
+                    "{body}"
+                );
+                assert!(
+                    body.contains("multiproc_exporter_scrape_records 1.0\n"),
+                    "{body}"
+                );
+            } else {
+                assert_eq!(body, first);
+            }
+        }
+        support::set_value(&file, offset, 2.0);
+        let body = exporter.metrics();
+        assert!(
+            body.contains(&line("2.0")),
+            "own metrics {own_metrics}: {body}"
+        );
+        support::set_value(&file, offset, 1.0);
+        let body = exporter.metrics();
+        assert!(
+            body.contains(&line("1.0")),
+            "own metrics {own_metrics}: {body}"
+        );
+        if !own_metrics {
+            assert_eq!(body, first);
+        }
+    }
+}
+
+#[test]
 fn a_file_shrunk_in_place_is_noticed_through_its_file_event() {
     // Regression test: values are loaded from a long-lived map without any
     // system call, and a file shrunk in place within its first page keeps

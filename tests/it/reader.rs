@@ -371,3 +371,155 @@ fn files_added_to_a_long_unchanged_directory_are_listed() {
     let (body, _) = text(&mut reader, dir.path());
     assert!(body.contains("c_total{i=\"0\"} 11.0\n"), "{body}");
 }
+
+/// Collects `dir` as `serve` does, holding the last merge's families: the
+/// text served (the held families when the merge was skipped) and whether
+/// it was skipped.
+fn text_since(
+    reader: &mut Collector,
+    dir: &std::path::Path,
+    held: &mut Option<(u64, Vec<multiproc_exporter::model::MetricFamily>)>,
+) -> (String, bool) {
+    let collection = reader.collect_since(
+        &[Input::Directory(dir.to_path_buf())],
+        held.as_ref().map(|h| h.0),
+    );
+    let unchanged = collection.unchanged;
+    if unchanged {
+        assert!(collection.families.is_empty());
+        assert_eq!(held.as_ref().map(|h| h.0), Some(collection.merged_id));
+    } else {
+        *held = Some((collection.merged_id, collection.families));
+    }
+    let families = &held.as_ref().expect("held").1;
+    let body = encode(families, Format::Text, Escaping::Underscores);
+    (String::from_utf8(body).expect("utf-8"), unchanged)
+}
+
+/// What a fresh collector makes of `dir` (nothing cached, nothing skipped).
+fn fresh_text(dir: &std::path::Path) -> String {
+    text(&mut Collector::new(), dir).0
+}
+
+#[test]
+fn an_unchanged_merge_is_skipped_only_for_the_caller_that_holds_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for pid in 1..=3 {
+        let mut writer = ProcessWriter::new(dir.path(), pid);
+        let counter = writer
+            .counter("requests", "Requests.", &[])
+            .expect("counter");
+        counter.inc(&mut writer, pid as f64).expect("inc");
+    }
+    // A file the merge leaves out: reported again when the merge is skipped.
+    std::fs::write(dir.path().join("counter_9.db"), [1u8; 3]).expect("write");
+    let inputs = [Input::Directory(dir.path().to_path_buf())];
+    let mut reader = Collector::new();
+    let first = reader.collect_since(&inputs, None);
+    assert!(!first.unchanged);
+    assert_eq!(first.problems.len(), 1);
+
+    let again = reader.collect_since(&inputs, Some(first.merged_id));
+    assert!(again.unchanged, "nothing changed: the merge is skipped");
+    assert!(again.families.is_empty());
+    assert_eq!(again.merged_id, first.merged_id);
+    assert_eq!(again.problems, first.problems);
+    assert_eq!(
+        (
+            again.stats.files_merged,
+            again.stats.records,
+            again.stats.files_listed
+        ),
+        (
+            first.stats.files_merged,
+            first.stats.records,
+            first.stats.files_listed
+        )
+    );
+
+    // A caller holding another merge's families, or none, gets families.
+    for held in [Some(first.merged_id + 1), None] {
+        let other = reader.collect_since(&inputs, held);
+        assert!(!other.unchanged, "{held:?}");
+        assert_eq!(other.families, first.families);
+        assert_ne!(other.merged_id, first.merged_id);
+    }
+}
+
+/// After a change: the next collection merges anew and serves what a fresh
+/// collector serves; the one after it skips the merge and serves the same.
+fn assert_merged_anew(
+    what: &str,
+    reader: &mut Collector,
+    dir: &std::path::Path,
+    held: &mut Option<(u64, Vec<multiproc_exporter::model::MetricFamily>)>,
+    last: &mut String,
+) {
+    let (body, unchanged) = text_since(reader, dir, held);
+    assert!(!unchanged, "{what}: merged anew");
+    assert_ne!(body, *last, "{what}: the change is served");
+    assert_eq!(body, fresh_text(dir), "{what}");
+    let (again, unchanged) = text_since(reader, dir, held);
+    assert!(unchanged, "{what}: then nothing changed");
+    assert_eq!(again, body);
+    *last = body;
+}
+
+#[test]
+fn regression_every_change_after_a_skipped_merge_is_merged_anew() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = dir.path();
+    let mut writer = ProcessWriter::new(dir, 1);
+    let counter = writer
+        .counter("requests", "Requests.", &[])
+        .expect("counter");
+    counter.inc(&mut writer, 1.0).expect("inc");
+    let gauge = writer
+        .gauge("temperature", "T.", &[], GaugeMode::All)
+        .expect("gauge");
+    gauge.set(&mut writer, 0.0).expect("set");
+    let mut other = ProcessWriter::new(dir, 2);
+    let other_counter = other
+        .counter("requests", "Requests.", &[])
+        .expect("counter");
+    other_counter.inc(&mut other, 5.0).expect("inc");
+
+    let mut reader = Collector::new();
+    let mut held = None;
+    let (mut last, _) = text_since(&mut reader, dir, &mut held);
+    let (r, h, l) = (&mut reader, &mut held, &mut last);
+
+    counter.inc(&mut writer, 1.0).expect("inc");
+    assert_merged_anew("a value written through the map", r, dir, h, l);
+    gauge.set(&mut writer, -0.0).expect("set");
+    assert_merged_anew("the sign bit alone (0.0 to -0.0)", r, dir, h, l);
+    other_counter.inc(&mut other, 1.0).expect("inc");
+    assert_merged_anew("another writer's value", r, dir, h, l);
+
+    let labelled = writer
+        .counter("requests", "Requests.", &[("code", "500")])
+        .expect("counter");
+    labelled.inc(&mut writer, 1.0).expect("inc");
+    assert_merged_anew("a series appended", r, dir, h, l);
+
+    let mut third = ProcessWriter::new(dir, 3);
+    let third_counter = third
+        .counter("requests", "Requests.", &[])
+        .expect("counter");
+    third_counter.inc(&mut third, 7.0).expect("inc");
+    assert_merged_anew("a new writer's file", r, dir, h, l);
+
+    let elsewhere = tempfile::tempdir().expect("tempdir");
+    let mut copy = ProcessWriter::new(elsewhere.path(), 3);
+    let copied = copy.counter("requests", "Requests.", &[]).expect("counter");
+    copied.inc(&mut copy, 11.0).expect("inc");
+    let name = multiproc_exporter::format::writer::counter_file_name(3);
+    let tmp = dir.join("replacement.tmp");
+    std::fs::copy(elsewhere.path().join(&name), &tmp).expect("copy");
+    std::fs::rename(&tmp, dir.join(&name)).expect("rename");
+    assert_merged_anew("a file replaced by one with the same keys", r, dir, h, l);
+
+    std::fs::remove_file(dir.join(multiproc_exporter::format::writer::counter_file_name(2)))
+        .expect("delete");
+    assert_merged_anew("a file deleted", r, dir, h, l);
+}

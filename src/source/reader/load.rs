@@ -89,7 +89,8 @@ fn available_cores() -> usize {
     *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
-/// Loads the values of `files` from their maps. A file whose header says
+/// Loads the values of `files` from their maps (a file whose values differ
+/// from the last ones gets a new `values_version`). A file whose header says
 /// it changed, or whose map faults, loses its map (and its values) and is
 /// marked as not listed in this collection.
 fn load_values(files: &mut [&mut CachedFile]) {
@@ -107,13 +108,17 @@ fn load_values(files: &mut [&mut CachedFile]) {
             }
             map.load_values(&cached.value_offsets, &mut cached.values)
         });
-        if loaded != Some(Ok(())) {
-            cached.map = None;
-            cached.values.clear();
-            // Not listed until it is read again: if it cannot be read now,
-            // it is forgotten, as a file the check before the loads turned
-            // away, and read afresh next time.
-            cached.seen_in = 0;
+        match loaded {
+            Some(Ok(false)) => {}
+            Some(Ok(true)) => cached.values_version = cached.values_version.wrapping_add(1),
+            Some(Err(_)) | None => {
+                cached.map = None;
+                cached.values.clear();
+                // Not listed until it is read again: if it cannot be read now,
+                // it is forgotten, as a file the check before the loads turned
+                // away, and read afresh next time.
+                cached.seen_in = 0;
+            }
         }
     }
 }

@@ -87,6 +87,7 @@ fn read_file(position: usize, path: PathBuf, cached: &CachedFile, frozen: bool) 
         born: cached.born.0 as f64 + f64::from(cached.born.1 as u32) * 1e-9,
         used_bytes: cached.parsed_until,
         frozen,
+        values_version: cached.values_version,
         merge: MergeInput {
             name: &cached.name,
             keys: &cached.keys,
