@@ -94,8 +94,6 @@ pub struct Collector {
     rebuilds: u64,
     /// Give freed heap back to the system before the next collection.
     trim: bool,
-    /// Merges so far (each one's [`Collection::merged_id`]).
-    merges: u64,
     /// The last merge, if it can stand for a later one with the same inputs.
     last_merge: Option<LastMerge>,
 }
@@ -145,7 +143,6 @@ impl Default for Collector {
             rebuild: false,
             rebuilds: 0,
             trim: false,
-            merges: 0,
             last_merge: None,
         }
     }
@@ -450,15 +447,15 @@ impl Collector {
         let merged_id = match reused {
             Some(last) => last.id,
             None => {
-                self.merges += 1;
+                let id = next_merge_id();
                 self.last_merge = merge_inputs.map(|inputs| LastMerge {
-                    id: self.merges,
+                    id,
                     inputs,
                     problems: problems[merge_problems..].to_vec(),
                     files_merged: merged.files_merged,
                     records: merged.records,
                 });
-                self.merges
+                id
             }
         };
         let merged_replanned = merged.replanned;
@@ -540,6 +537,14 @@ impl Collector {
             unchanged,
         }
     }
+}
+
+/// A new [`Collection::merged_id`], never given before in this process (by
+/// any collector: a caller holding another collector's merge cannot be
+/// told it is unchanged).
+fn next_merge_id() -> u64 {
+    static LAST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    LAST.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1
 }
 
 /// The problem of a file the merge left out.

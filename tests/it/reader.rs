@@ -444,6 +444,16 @@ fn an_unchanged_merge_is_skipped_only_for_the_caller_that_holds_it() {
         assert_eq!(other.families, first.families);
         assert_ne!(other.merged_id, first.merged_id);
     }
+    // So does one holding another collector's merge of the same files (a
+    // collector made anew after a panic): merge ids are never reused.
+    let mut fresh = Collector::new();
+    let first_of_fresh = fresh.collect_since(&inputs, None);
+    let latest = reader.collect_since(&inputs, None).merged_id;
+    for held in [first.merged_id, latest] {
+        let other = fresh.collect_since(&inputs, Some(held));
+        assert!(!other.unchanged, "{held}");
+        assert_eq!(other.families, first_of_fresh.families);
+    }
 }
 
 /// After a change: the next collection merges anew and serves what a fresh
