@@ -135,7 +135,8 @@ impl MappedFile {
     /// `values`, replacing its contents. `Ok(true)` if they differ from what
     /// `values` held, bit for bit (`-0.0` is not `0.0`, a NaN is not another
     /// NaN's payload): a caller that keeps the previous values learns whether
-    /// the file changed for the price of reading them.
+    /// the file changed for the price of reading them. Only the values that
+    /// changed are written (an unchanged directory dirties no cache line).
     ///
     /// Returns `None` (and leaves `values` empty) if an offset is out of
     /// bounds or not a multiple of 8: the caller reads the file with `pread`.
@@ -155,7 +156,7 @@ impl MappedFile {
         let resized = values.len() != offsets.len();
         values.resize(offsets.len(), (0.0, 0.0));
         let result = self.guarded(|base| {
-            let mut differ = 0u64;
+            let mut changed = resized;
             for (slot, &offset) in values.iter_mut().zip(offsets) {
                 // SAFETY: every offset was checked above: `offset + 16 <= len`
                 // (both words inside the map, which stays mapped while `self`
@@ -170,10 +171,12 @@ impl MappedFile {
                         std::ptr::read_volatile(word.add(1)),
                     )
                 };
-                differ |= (slot.0.to_bits() ^ value) | (slot.1.to_bits() ^ timestamp);
-                *slot = (f64::from_bits(value), f64::from_bits(timestamp));
+                if (slot.0.to_bits(), slot.1.to_bits()) != (value, timestamp) {
+                    *slot = (f64::from_bits(value), f64::from_bits(timestamp));
+                    changed = true;
+                }
             }
-            resized || differ != 0
+            changed
         });
         if result.is_err() {
             values.clear();
