@@ -13,7 +13,7 @@
 //! cost about one body of memory.
 //!
 //! Between scrapes, the last collection's families (and its whole-scrape
-//! bodies, up to [`KEEP_BODY_MAX_BYTES`] each) are kept for one purpose:
+//! bodies, up to [`KEEP_BODY_MAX_BYTES`] in all) are kept for one purpose:
 //! when no file to merge changed (the same files, the same structure, every
 //! value the same bit for bit) and neither did the configuration, the
 //! collector skips the merge ([`crate::pipeline::Collector::collect_since`])
@@ -128,8 +128,9 @@ const QUICK_SCRAPE: std::time::Duration = std::time::Duration::from_micros(500);
 /// is encoded in full every time, as without a memo).
 const MEMO_MAX_BYTES: usize = 16 << 20;
 
-/// The longest whole-scrape body kept between scrapes of an unchanged
-/// directory (bodies are otherwise held only while a request uses them).
+/// Bytes of whole-scrape bodies kept between scrapes of an unchanged
+/// directory, all formats together (bodies are otherwise held only while a
+/// request uses them).
 const KEEP_BODY_MAX_BYTES: usize = 4 << 20;
 
 /// The bodies being encoded or sent for the current collection, by request.
@@ -324,7 +325,15 @@ impl Scraper {
         let rendered = cell.get_or_init(|| self.encode(request, &served));
         if request.names.is_none() && rendered.body.len() <= KEEP_BODY_MAX_BYTES {
             let mut bodies = self.bodies.lock().unwrap_or_else(|e| e.into_inner());
-            if bodies.served == served.id && !bodies.kept.iter().any(|k| Arc::ptr_eq(k, &cell)) {
+            let kept_bytes: usize = bodies
+                .kept
+                .iter()
+                .map(|k| k.get().map_or(0, |r| r.body.len()))
+                .sum();
+            if bodies.served == served.id
+                && kept_bytes + rendered.body.len() <= KEEP_BODY_MAX_BYTES
+                && !bodies.kept.iter().any(|k| Arc::ptr_eq(k, &cell))
+            {
                 bodies.kept.push(cell.clone());
             }
         }
@@ -615,4 +624,82 @@ pub(crate) fn gzip_bytes(data: &[u8]) -> std::io::Result<Vec<u8>> {
     let mut encoder = GzEncoder::new(Vec::with_capacity(data.len() / 4 + 64), Compression::fast());
     encoder.write_all(data)?;
     encoder.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::writer::ProcessWriter;
+
+    fn request(format: Format, escaping: Escaping, gzip: bool) -> Request {
+        Request {
+            format,
+            escaping,
+            names: None,
+            gzip,
+            scrape_timeout: None,
+        }
+    }
+
+    #[test]
+    fn an_unchanged_directory_gets_the_kept_body_and_the_kept_bodies_stay_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        // About 1.6 MB of text in each format: three uncompressed bodies
+        // would pass the bound together.
+        let mut writer = ProcessWriter::new(dir.path(), 1);
+        let label = "x".repeat(60);
+        for i in 0..16_000 {
+            let counter = writer
+                .counter(
+                    "requests",
+                    "Requests.",
+                    &[("path", &format!("/{label}/{i}"))],
+                )
+                .unwrap();
+            counter.inc(&mut writer, 1.0).unwrap();
+        }
+        let scraper = Scraper::new(
+            &[dir.path().to_path_buf()],
+            None,
+            LinkPolicy::default(),
+            None,
+            WriterPolicy::exact(),
+            usize::MAX,
+        );
+        let config = Arc::new(Config::default());
+        let requests = [
+            request(Format::Text, Escaping::Underscores, false),
+            request(Format::OpenMetrics, Escaping::Underscores, false),
+            request(Format::OpenMetrics, Escaping::AllowUtf8, false),
+            request(Format::Text, Escaping::Underscores, true),
+        ];
+        let first: Vec<SharedBody> = requests
+            .iter()
+            .map(|r| scraper.render(r, &config, None))
+            .collect();
+        assert!(first[0].as_ref().len() > 1_000_000);
+        let kept: usize = {
+            let bodies = scraper.bodies.lock().unwrap();
+            bodies
+                .kept
+                .iter()
+                .map(|k| k.get().map_or(0, |r| r.body.len()))
+                .sum()
+        };
+        assert!(kept > 0 && kept <= KEEP_BODY_MAX_BYTES, "{kept}");
+        drop(first);
+        // Nothing changed: the kept bodies are sent again, the others encoded
+        // again, each equal to what the first scrapes got.
+        let again = scraper.render(&requests[0], &config, None);
+        let fresh = scraper.render(&requests[2], &config, None);
+        let bodies = scraper.bodies.lock().unwrap();
+        assert!(bodies.kept.iter().any(|k| Arc::ptr_eq(k, &again.0)));
+        assert!(!bodies.kept.iter().any(|k| Arc::ptr_eq(k, &fresh.0)));
+        drop(bodies);
+        // A new configuration: merged and encoded anew.
+        let other = Arc::new(Config::default());
+        let renewed = scraper.render(&requests[0], &other, None);
+        assert!(!Arc::ptr_eq(&renewed.0, &again.0));
+        assert_eq!(renewed.as_ref(), again.as_ref());
+    }
 }
