@@ -13,6 +13,11 @@
   containers, the exporter's mount read-only, the wipe before vLLM starts,
   probes, non-root, ports agreeing between containers, Services, monitors and
   annotations, and every exporter flag existing in `multiproc-exporter --help`.
+* No exporter sidecar gates its pod's readiness: every exporter container
+  that shares a pod with another running container (native sidecars
+  included), in every rendering and in the docs' YAML blocks, has no
+  readinessProbe, and a liveness or startup probe on /-/healthy; the
+  DaemonSet's exporter, alone in its pod, is ready on /-/ready.
 * deploy/prometheus.yml: `promtool check config` on the file with its
   Kubernetes discovery replaced by a static target (Debian's Prometheus is
   built without Kubernetes discovery), and the discovery block itself against
@@ -228,7 +233,10 @@ def exporter_flags(exporter):
     return set(re.findall(r"(--[a-z][a-z0-9.-]*)", out.stdout)), out.stdout
 
 
-def check_exporter_container(c, flags, version):
+def check_exporter_container(c, flags, version, sidecar):
+    """`sidecar`: the exporter shares its pod with vLLM (no readiness probe,
+    check_sidecar_probes); otherwise it is a pod of its own (the DaemonSet),
+    ready on /-/ready."""
     image = c["image"]
     ensure(image == f"{EXPORTER_IMAGE}:{version}", f"exporter image {image!r}, expected {EXPORTER_IMAGE}:{version} (Cargo.toml)")
     for arg in c.get("args", []):
@@ -240,12 +248,146 @@ def check_exporter_container(c, flags, version):
     ensure(sc.get("readOnlyRootFilesystem") is True, "exporter: readOnlyRootFilesystem")
     ensure(sc.get("allowPrivilegeEscalation") is False, "exporter: allowPrivilegeEscalation false")
     ensure(sc.get("capabilities", {}).get("drop") == ["ALL"], "exporter: drop ALL capabilities")
-    for probe, path in [("livenessProbe", "/-/healthy"), ("readinessProbe", "/-/ready"), ("startupProbe", "/-/healthy")]:
+    probes = [("livenessProbe", "/-/healthy"), ("startupProbe", "/-/healthy")]
+    if sidecar:
+        check_sidecar_probes(c)
+    else:
+        probes.append(("readinessProbe", "/-/ready"))
+    for probe, path in probes:
         get = c.get(probe, {}).get("httpGet", {})
         ensure(get.get("path") == path and get.get("port") in ("metrics", EXPORTER_PORT), f"exporter {probe} should GET {path} on the metrics port")
     resources = c.get("resources", {})
     for key in ("cpu", "memory"):
         ensure(key in resources.get("requests", {}) and key in resources.get("limits", {}), f"exporter: {key} request and limit")
+
+
+# ------------------------------------------ a sidecar never gates readiness
+
+# Kubernetes marks a Pod Ready only when every container is ready, native
+# sidecars (init containers with restartPolicy: Always) included, and a pod
+# that is not Ready leaves its Services' endpoints. A readiness probe on the
+# exporter beside vLLM (/-/ready answers 503 while the metrics directory is
+# missing) would let monitoring stop inference traffic, so a sidecar has none;
+# its liveness and startup probes GET /-/healthy, which depends on nothing.
+# The DaemonSet (a pod of its own) keeps /-/ready. docs/deployment.md,
+# "Why the sidecar has no readiness probe".
+
+HEALTHY = "/-/healthy"
+# Renderings that must hold an exporter sidecar (so that the check below
+# cannot pass for want of finding one).
+SIDECAR_RENDERINGS = (
+    "sidecar",
+    "examples/sidecar-servicemonitor",
+    "examples/existing-deployment",
+    "sidecar + components/podmonitor",
+    "sidecar + components/servicemonitor",
+    "helm/production-stack post-renderer",
+)
+
+
+def is_exporter(c):
+    """A container running multiproc-exporter: by its name or its image's."""
+    image = str(c.get("image", "")).split("@", 1)[0]
+    repository = image.rsplit("/", 1)[-1].split(":", 1)[0]
+    return c.get("name") == "multiproc-exporter" or repository == "multiproc-exporter"
+
+
+def pod_specs(node):
+    """Every pod spec in `node`: any mapping with a `containers` list (a Pod,
+    any workload's template, a CronJob's job template, a documentation
+    fragment)."""
+    if isinstance(node, dict):
+        if isinstance(node.get("containers"), list):
+            yield node
+        for value in node.values():
+            yield from pod_specs(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from pod_specs(value)
+
+
+def running_containers(spec):
+    """The containers whose readiness makes the pod's: its containers and its
+    native sidecars (init containers with restartPolicy: Always)."""
+    native = [c for c in spec.get("initContainers") or [] if isinstance(c, dict) and c.get("restartPolicy") == "Always"]
+    return [c for c in spec["containers"] if isinstance(c, dict)] + native
+
+
+def exporter_sidecars(node):
+    """(pod spec, container) of every exporter that shares its pod with
+    another running container."""
+    found = []
+    for spec in pod_specs(node):
+        running = running_containers(spec)
+        found += [(spec, c) for c in running if is_exporter(c) and len(running) > 1]
+    return found
+
+
+def http_path(probe):
+    return ((probe or {}).get("httpGet") or {}).get("path")
+
+
+def check_sidecar_probes(c, fragment=False):
+    """No readiness probe on an exporter beside vLLM; a liveness or startup
+    probe on /-/healthy (not required of documentation fragments, which
+    refer to the manifests for the probes)."""
+    probe = c.get("readinessProbe")
+    ensure(
+        not probe,
+        f"the sidecar {c.get('name')!r} has a readinessProbe ({http_path(probe) or 'not an httpGet'}): "
+        "Kubernetes marks a pod Ready only when every container is, so the exporter would take vLLM "
+        "out of its Service's endpoints (docs/deployment.md)",
+    )
+    if not fragment:
+        ensure(
+            any(http_path(c.get(p)) == HEALTHY for p in ("livenessProbe", "startupProbe")),
+            f"the sidecar {c.get('name')!r} needs a livenessProbe or startupProbe on {HEALTHY}",
+        )
+
+
+def check_no_sidecar_gates_readiness(rendered):
+    """Every exporter sidecar in every rendering (kustomizations, components
+    combined with the variants, the production-stack post-renderer's output,
+    what the docs render)."""
+    missing = [n for n in SIDECAR_RENDERINGS if not exporter_sidecars(rendered.get(n, []))]
+    ensure(not missing, f"no exporter sidecar found in {missing}")
+    total, failures = 0, []
+    for name, objects in sorted(rendered.items()):
+        for _, c in exporter_sidecars(objects):
+            total += 1
+            try:
+                check_sidecar_probes(c)
+            except AssertionError as e:
+                failures.append(f"{name}: {e}")
+    ensure(not failures, f"{len(failures)} of {total} exporter sidecars: " + " | ".join(failures))
+    print(f"      ({total} exporter sidecars in {len(rendered)} renderings, none with a readinessProbe)")
+
+
+def check_doc_fragment(doc, document):
+    """A YAML block of the docs: its exporter sidecars have no readiness
+    probe; an exporter container shown on its own (a fragment of a pod) is
+    taken for a sidecar, one alone in its pod spec is not."""
+    alone = set()
+    for spec in pod_specs(document):
+        running = running_containers(spec)
+        for c in running:
+            if is_exporter(c) and len(running) == 1:
+                alone.add(id(c))
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "image" in node and is_exporter(node) and id(node) not in alone:
+                try:
+                    check_sidecar_probes(node, fragment=True)
+                except AssertionError as e:
+                    raise AssertionError(f"{doc.name}: {e}") from None
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(document)
 
 
 def effective_security(pod_spec, c):
@@ -291,7 +433,7 @@ def check_sidecar(objects, flags, version):
     volume = vllm_mount["name"]
     ensure(next(v for v in spec["volumes"] if v["name"] == volume).get("emptyDir") is not None, "the shared volume is an emptyDir")
     exporter = container(spec, "multiproc-exporter")
-    check_exporter_container(exporter, flags, version)
+    check_exporter_container(exporter, flags, version, sidecar=True)
     check_non_root(spec, exporter)
     m = mount(exporter, volume)
     ensure(m["mountPath"] == path, f"the exporter mounts the shared volume at vLLM's path {path}")
@@ -325,7 +467,7 @@ def check_added_sidecar(deployment, flags, version):
     vllm, path, vllm_mount = check_vllm_directory(spec)
     exporter = container(spec, "multiproc-exporter")
     ensure(spec["containers"][-1] is exporter, "the exporter is appended after vLLM's container")
-    check_exporter_container(exporter, flags, version)
+    check_exporter_container(exporter, flags, version, sidecar=True)
     check_non_root(spec, exporter)
     m = mount(exporter, vllm_mount["name"])
     ensure(m["mountPath"] == path and m.get("readOnly") is True, "the exporter mounts vLLM's directory read-only at the same path")
@@ -341,7 +483,7 @@ def check_existing_deployment(objects, flags, version):
     check_added_sidecar(one(objects, "Deployment", "my-vllm"), flags, version)
 
 
-def check_production_stack(kubectl, flags, version):
+def check_production_stack(kubectl, flags, version, rendered):
     """The post-renderer on (a hand-written copy of) the chart's output: the
     engine gets the sidecar, the router stays byte for byte what it was."""
     fixture = ROOT / "tests" / "deploy" / "production-stack-rendered.yaml"
@@ -353,6 +495,7 @@ def check_production_stack(kubectl, flags, version):
     ensure(out.returncode == 0, f"post-renderer failed: {out.stderr.strip()}")
     objects = [d for d in yaml.safe_load_all(out.stdout) if d]
     validate_all(objects)
+    rendered["helm/production-stack post-renderer"] = objects
     before = {d["metadata"]["name"]: d for d in yaml.safe_load_all(fixture.read_text()) if d}
     engine = one(objects, "Deployment", "vllm-llama3-deployment-vllm")
     check_added_sidecar(engine, flags, version)
@@ -405,7 +548,7 @@ def check_daemonset(objects, flags, version):
     pod = daemonset["spec"]["template"]
     ds_spec = pod["spec"]
     exporter = container(ds_spec, "multiproc-exporter")
-    check_exporter_container(exporter, flags, version)
+    check_exporter_container(exporter, flags, version, sidecar=False)
     check_non_root(ds_spec, exporter)
     ds_volume = next(v for v in ds_spec["volumes"] if v.get("hostPath", {}).get("path") == host["path"])
     m = mount(exporter, ds_volume["name"])
@@ -623,7 +766,7 @@ def check_links(doc, text):
             ensure(anchor in anchors(path), f"{doc.name}: no heading for #{anchor} in {path.name}")
 
 
-def check_docs(kubectl):
+def check_docs(kubectl, rendered):
     docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     paths, blocks = set(), 0
     for doc in docs:
@@ -638,14 +781,19 @@ def check_docs(kubectl):
             except yaml.YAMLError as e:
                 raise AssertionError(f"{doc.name}: a YAML block does not parse: {e}") from None
             for d in documents:
+                check_doc_fragment(doc, d)
                 if isinstance(d, dict) and d.get("kind") == "Kustomization":
                     with tempfile.TemporaryDirectory(dir=KUBERNETES / "examples") as tmp:
                         Path(tmp, "kustomization.yaml").write_text(match.group(1))
-                        validate_all(kustomize(kubectl, tmp))
+                        objects = kustomize(kubectl, tmp)
+                        validate_all(objects)
+                        rendered[f"docs: {doc.name}, YAML block {blocks}"] = objects
                 elif isinstance(d, dict) and "apiVersion" in d and "kind" in d and "metadata" in d:
                     validate_object(d)
     for path in sorted(paths):
-        validate_all(kustomize(kubectl, ROOT / path))
+        objects = kustomize(kubectl, ROOT / path)
+        validate_all(objects)
+        rendered[f"docs: {path}"] = objects
     ensure(paths, "the docs show how to apply the manifests")
     print(f"      ({len(paths)} kustomize paths, {blocks} YAML blocks in the docs)")
 
@@ -700,12 +848,13 @@ def main():
     check("sidecar added to an existing Deployment: examples/existing-deployment")(
         lambda: check_existing_deployment(rendered["examples/existing-deployment"], flags, version)
     )
-    check("production-stack post-renderer")(check_production_stack, args.kubectl, flags, version)
+    check("production-stack post-renderer")(check_production_stack, args.kubectl, flags, version, rendered)
     for name in ("examples/sidecar-servicemonitor", "examples/daemonset-podmonitor"):
         check(f"monitors match: {name}")(lambda n=name: check_monitors(rendered[n]))
     check("deploy/prometheus.yml")(check_prometheus_yml, args.promtool, [rendered.get("sidecar", []), rendered.get("daemonset", [])])
     check("deploy/Dockerfile")(check_dockerfile, args.hadolint, help_text, args.cargo_check)
-    check("documentation examples")(check_docs, args.kubectl)
+    check("documentation examples")(check_docs, args.kubectl, rendered)
+    check("no sidecar gates vLLM's readiness (no readinessProbe; liveness or startup on /-/healthy)")(check_no_sidecar_gates_readiness, rendered)
 
     failed = sum(1 for _, e in results if e is not None)
     print(f"deploy: {len(results) - failed} passed, {failed} failed")
