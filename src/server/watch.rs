@@ -4,8 +4,11 @@
 //! every scrape reads the files anyway; the watcher does not drive freshness.
 //! It is used for what events can tell:
 //!
-//! * logging directories appearing and disappearing, and files being added
-//!   and removed (per file at `debug`, a summary at `info`);
+//! * logging directories appearing and disappearing (at once), and files
+//!   being added and removed: per file at `debug`, and at `info` one summary
+//!   line per directory every [`RESCAN_INTERVAL`] at most, only when files
+//!   came or went (a worker creating its file is normal operation: gunicorn's
+//!   worker churn must not write a line per file);
 //! * keeping the watches right: a directory that does not exist yet is
 //!   waited for by watching its nearest existing ancestor, and a directory
 //!   that is deleted and recreated (a new inode) is watched again;
@@ -51,6 +54,10 @@ struct DirState {
     /// "was removed").
     existed: bool,
     files: BTreeSet<OsString>,
+    /// Files added since the last summary line.
+    added: usize,
+    /// Files removed since the last summary line.
+    removed: usize,
 }
 
 /// Why a configured directory gives nothing to serve, as the periodic
@@ -237,6 +244,7 @@ pub(crate) async fn run(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>
 
     loop {
         let mut dirty = false;
+        let mut summarize = false;
         tokio::select! {
             _ = shutdown.changed() => break,
             event = rx.recv() => {
@@ -258,6 +266,7 @@ pub(crate) async fn run(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>
             }
             _ = ticker.tick() => {
                 dirty = true;
+                summarize = true;
                 // File systems without events: check every map now and then.
                 shared.scraper.recheck_all();
                 // Also catch configuration changes on filesystems without events.
@@ -280,6 +289,29 @@ pub(crate) async fn run(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>
         if dirty {
             rescan(&shared, &mut dirs, &mut watches, config_dir.as_deref());
         }
+        if summarize {
+            summarize_changes(&shared, &mut dirs);
+        }
+    }
+    summarize_changes(&shared, &mut dirs);
+}
+
+/// Logs, at `info`, one line for each directory whose files came or went
+/// since the last summary, and starts counting anew.
+fn summarize_changes(shared: &Shared, dirs: &mut [DirState]) {
+    for (path, state) in shared.dirs.iter().zip(dirs.iter_mut()) {
+        if state.added == 0 && state.removed == 0 {
+            continue;
+        }
+        tracing::info!(
+            dir = %path.display(),
+            added = state.added,
+            removed = state.removed,
+            files = state.files.len(),
+            "Metric files changed."
+        );
+        state.added = 0;
+        state.removed = 0;
     }
 }
 
@@ -340,6 +372,9 @@ fn rescan(
     let mut desired = BTreeSet::new();
     for (path, state) in shared.dirs.iter().zip(dirs.iter_mut()) {
         let exists = path.is_dir();
+        // The files found at start-up are no change (the first line says
+        // which directory is watched).
+        let first = state.exists.is_none();
         match (state.exists, exists) {
             (None, true) => tracing::info!(path = %path.display(), "Watching metrics directory."),
             (None, false) => tracing::info!(
@@ -365,14 +400,9 @@ fn rescan(
         for f in &removed {
             tracing::debug!(dir = %path.display(), file = %f.to_string_lossy(), "Metric file removed.");
         }
-        if !added.is_empty() || !removed.is_empty() {
-            tracing::info!(
-                dir = %path.display(),
-                added = added.len(),
-                removed = removed.len(),
-                files = files.len(),
-                "Metric files changed."
-            );
+        if !first {
+            state.added += added.len();
+            state.removed += removed.len();
         }
         state.files = files;
         if exists {

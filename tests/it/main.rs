@@ -30,6 +30,7 @@ mod config;
 mod http;
 mod limits;
 mod load;
+mod log_volume;
 mod subdirectories;
 mod tls;
 mod upstreams;

@@ -245,7 +245,10 @@ fn a_pid_reused_by_an_unrelated_process_does_not_revive_a_dead_writer() {
     let dead = Writer::start(&python, dir);
     let dead_pid = dead.pid();
     dead.exit();
-    std::thread::sleep(Duration::from_millis(1500));
+    // Past the guard's slack (0.05 s) and short of a second, so that a boot
+    // time cut to whole seconds (the bug this pins) fails here on machines
+    // whose boot time has a fraction above about 0.5 s.
+    std::thread::sleep(Duration::from_millis(500));
     // A later process, which waits for the dead writer's files to carry its
     // pid (renaming keeps their creation time), then holds them open.
     let mut later = Command::new("sh")

@@ -149,10 +149,12 @@ impl WrittenFile {
     }
 }
 
-/// A process's start time may be read up to a second late (`btime` is whole
-/// seconds): a process that started this much after a file was created may
-/// still have created it.
-const START_SLACK_SECONDS: f64 = 1.0;
+/// A process's start time and a file's creation time are each read to a few
+/// hundredths of a second ([`procfs::START_TIME_PRECISION_SECONDS`]): a
+/// process that seems to have started this much after a file was created may
+/// still have created it. A pid reused within this time is not told from its
+/// first process.
+const START_SLACK_SECONDS: f64 = procfs::START_TIME_PRECISION_SECONDS;
 
 /// How long a pid's lookup in `/proc` is reused for files not decided yet.
 const LOOKUP_TTL: Duration = Duration::from_secs(2);

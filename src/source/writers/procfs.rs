@@ -34,7 +34,8 @@ fn stat_field(fields: &[&str], n: usize) -> Option<u64> {
     fields.get(n.checked_sub(3)?).and_then(|f| f.parse().ok())
 }
 
-/// The system's boot time in seconds since the Unix epoch (`btime`).
+/// The system's boot time in whole seconds since the Unix epoch (`btime`),
+/// which `process_start_time_seconds` builds on as client libraries do.
 fn boot_time() -> Option<u64> {
     static BOOT: OnceLock<Option<u64>> = OnceLock::new();
     *BOOT.get_or_init(|| {
@@ -46,12 +47,47 @@ fn boot_time() -> Option<u64> {
     })
 }
 
+/// The system's boot time in seconds since the Unix epoch, to the hundredth
+/// of a second: the clock now less `/proc/uptime` (which counts from boot in
+/// the clock process start times count in). `btime` drops the fraction of a
+/// second, so a start time built on it can be up to a second early; the
+/// writers' pid-reuse guard compares start times with file creation times and
+/// needs them exact. Taken once: the offset between the two clocks moves only
+/// when the wall clock is stepped.
+fn precise_boot_time() -> Option<f64> {
+    static BOOT: OnceLock<Option<f64>> = OnceLock::new();
+    *BOOT.get_or_init(|| {
+        let uptime = std::fs::read_to_string(Path::new(PROC).join("uptime")).ok()?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()?
+            .as_secs_f64();
+        boot_from_uptime(&uptime, now)
+    })
+}
+
+/// The boot time that `/proc/uptime`'s text `uptime` gives at Unix time
+/// `now`.
+fn boot_from_uptime(uptime: &str, now: f64) -> Option<f64> {
+    let up: f64 = uptime.split_whitespace().next()?.parse().ok()?;
+    (up.is_finite() && up >= 0.0 && up <= now).then_some(now - up)
+}
+
+/// How far [`start_time`] may be from the true start: `/proc/uptime` and the
+/// start ticks are both cut to a hundredth of a second, and file times come
+/// from a clock that lags by up to a kernel tick (at most 10 ms). Callers
+/// comparing a start with a file's creation allow this much.
+pub const START_TIME_PRECISION_SECONDS: f64 = 0.05;
+
 /// When the process of `dir` (`/proc/<pid>`) started, in seconds since the
-/// Unix epoch (to the clock tick; `None` if it does not exist).
+/// Unix epoch, to within [`START_TIME_PRECISION_SECONDS`] (`None` if it does
+/// not exist). Unlike `process_start_time_seconds` ([`ProcessStats`], which
+/// builds on `btime` as prometheus_client's and Go's process collectors do),
+/// this does not drop the boot time's fraction of a second.
 pub fn start_time(dir: &Path) -> Option<f64> {
     let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
     let fields = stat_fields(&stat)?;
-    Some(boot_time()? as f64 + stat_field(&fields, 22)? as f64 / USER_HZ)
+    Some(precise_boot_time()? + stat_field(&fields, 22)? as f64 / USER_HZ)
 }
 
 /// The process's pid in its innermost pid namespace (the last `NSpid` field
@@ -265,7 +301,13 @@ mod tests {
             .unwrap()
             .as_secs_f64();
         assert!(start <= now + 1.0 && start > now - 86400.0 * 365.0);
-        assert_eq!(start_time(&dir), Some(start));
+        // The guard's start time keeps the boot time's fraction that
+        // `btime` drops: never earlier, less than a second later.
+        let precise = start_time(&dir).unwrap();
+        assert!(
+            precise >= start - 0.011 && precise < start + 1.0,
+            "{precise} {start}"
+        );
         assert_eq!(innermost_pid(&dir), Some(std::process::id()));
         assert!(processes().contains(&std::process::id()));
     }
@@ -290,6 +332,20 @@ mod tests {
         }
         drop(read_only);
         assert_eq!(open_files(Path::new("/proc/0")), None);
+    }
+
+    #[test]
+    fn the_boot_time_keeps_its_fraction_of_a_second() {
+        // Regression: `btime` is whole seconds, so the pid-reuse guard took
+        // processes for up to a second older than they were.
+        let boot = boot_from_uptime("62.71 120.50\n", 1_000.585).unwrap();
+        assert!((boot - 937.875).abs() < 1e-9, "{boot}");
+        assert_eq!(boot_from_uptime("", 1_000.0), None);
+        assert_eq!(boot_from_uptime("x 1", 1_000.0), None);
+        assert_eq!(boot_from_uptime("2000.0 1", 1_000.0), None);
+        if let (Some(precise), Some(whole)) = (precise_boot_time(), boot_time()) {
+            assert!(precise >= whole as f64 - 0.011 && precise < whole as f64 + 1.011);
+        }
     }
 
     #[test]

@@ -100,7 +100,10 @@ fn a_pid_reused_by_a_later_process_does_not_revive_a_dead_writer() {
     let dir = tempfile::tempdir().unwrap();
     let old = dir.path().join("gauge_livesum.db");
     std::fs::write(&old, b"").unwrap();
-    std::thread::sleep(Duration::from_millis(1600));
+    // Well past the guard's slack, and short of a second: with a boot time
+    // cut to whole seconds (the bug), a later process looked older than the
+    // file on machines whose boot time has a large fraction of a second.
+    std::thread::sleep(Duration::from_secs_f64(START_SLACK_SECONDS + 0.25));
     let witness_path = dir.path().join("witness.db");
     std::fs::write(&witness_path, b"").unwrap();
     let witness = holder(&witness_path);
