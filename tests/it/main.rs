@@ -40,6 +40,7 @@ mod web_config;
 mod demo;
 mod deploy_prometheus;
 mod first_hour;
+mod gateway_parser;
 mod negotiation_e2e;
 mod prometheus_e2e;
 mod push;
