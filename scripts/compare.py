@@ -5,8 +5,9 @@ Runs with the project's virtual environment (``scripts/setup-python-venv`` creat
 ``target/venv`` with prometheus_client==0.26.0)::
 
     target/venv/bin/python scripts/compare.py                 # full run, writes docs/performance/
-    target/venv/bin/python scripts/compare.py --quick         # CI smoke test (~30 s, debug build)
+    target/venv/bin/python scripts/compare.py --quick         # CI smoke test (~45 s, debug build)
     target/venv/bin/python scripts/compare.py --sizes 16,256 --no-churn --skip-writers --out /tmp/x
+    target/venv/bin/python scripts/compare.py --only polled-pod --no-build   # issue 29's scenario alone
 
 In one run and on the same generated directories (``examples/gen_fixture.rs``: vLLM-like
 processes of ~386 series, plus a high-churn directory with many dead processes' files), it
@@ -28,17 +29,32 @@ processes of ~386 series, plus a high-churn directory with many dead processes' 
    512 MiB buffer, best of 5), plus the cost of merely opening and reading every file;
 5. repeats the in-process timings while Python writer processes increment counters, set
    gauges and observe histograms at a high rate (``--writers``, ``--writer-rate``);
-6. writes ``results.json``, ``results.md`` and ``scaling.svg`` (log-log scrape time against
-   processes x series) into ``--out`` and prints the tables and the targets of issues 4 and 16
-   (HTTP against Python's in-process merge, resident memory split into anonymous and
-   metric-file maps, 4,096 processes, 10,000 dead writers, 500,000 series in one file).
+6. measures the "polled pod" of issue 29 (``--no-polled-pod`` skips it, ``--only polled-pod``
+   runs it alone): 1, 4 and 16 real prometheus_client writers (``--polled-pod-writers``; their
+   own pids, so alive to the exporter) update vLLM 0.33's families (2 models, 2 engines; gauges
+   in ``livesum``/``livemostrecent``) every 10 ms while ``serve`` with default flags is polled on
+   keep-alive connections by 3 endpoint pickers at 20 Hz (Go's headers: gzip, no ``Accept``) and
+   Prometheus 2.x at 0.2 Hz, for ``--polled-pod-seconds`` of wall time (20; quick: 4) after a
+   warm-up; the server's CPU share and CPU per scrape come from ``/proc/PID/stat``, and
+   prometheus_client's cost at the same rate is its in-process collection time of the same live
+   directory times the poll rate. The largest directory is then measured unchanged (writers
+   stopped with SIGSTOP), with the exporter's own metrics and with
+   ``--web.disable-exporter-metrics``;
+7. writes ``results.json``, ``results.md`` and ``scaling.svg`` (log-log scrape time against
+   processes x series) into ``--out`` and prints the tables and the targets of issues 4, 16 and
+   29 (HTTP against Python's in-process merge, resident memory split into anonymous and
+   metric-file maps, 4,096 processes, 10,000 dead writers, 500,000 series in one file, the
+   polled pod's CPU).
 
 ``--quick`` checks equality (in-process and HTTP) at 16 processes with few iterations and
-asserts that the exporter is faster than Python; it exits non-zero on any failure and ends
-with a "N passed, N failed" line.
+asserts that the exporter is faster than Python, and runs a short polled pod (1 and 16
+writers, 4 s each) whose checks are that every poll is answered (the targets, as every other
+target, are only checked in full runs, and never fail the script); it exits non-zero on any
+failure and ends with a "N passed, N failed" line.
 
 The script also runs itself as a child process in a few internal modes (``_py_inproc``,
-``_py_server``, ``_py_writer``) so that Python's memory and CPU are measured on their own.
+``_py_server``, ``_py_writer``, ``_py_poller``) so that Python's memory and CPU are measured
+on their own.
 """
 
 import argparse
@@ -190,53 +206,209 @@ def child_py_server(argv):
 
 
 def child_py_writer(argv):
-    """_py_writer DIR PID RATE SPEC: a prometheus_client process writing at RATE ops/s."""
+    """_py_writer DIR PID RATE SPEC [TICK]: a prometheus_client process writing SPEC's metrics.
+
+    Without TICK: RATE random operations per second (``inc``, ``set``, ``observe`` on random
+    children). With TICK (seconds): every TICK, every gauge child is set and one child of every
+    counter and histogram family is updated, with vLLM-like values (RATE is ignored). PID
+    ``self`` keeps prometheus_client's own identifier, the real pid (a live writer to the
+    exporter's liveness checks); another PID is written into the file names instead."""
     directory, pid, rate, spec_path = argv[0], argv[1], float(argv[2]), argv[3]
+    tick = float(argv[4]) if len(argv) > 4 else 0.0
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
     import random
 
     from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Summary, values
 
-    values.ValueClass = values.MultiProcessValue(process_identifier=lambda: pid)
+    if pid == "self":
+        pid = str(os.getpid())
+    else:
+        values.ValueClass = values.MultiProcessValue(process_identifier=lambda: pid)
     registry = CollectorRegistry()
     with open(spec_path) as f:
         spec = json.load(f)
     ops = []
+    families = []   # (kind, name, buckets, children) for the tick mode
     for m in spec:
         kind, name, doc, labelnames = m["type"], m["name"], m["help"], m["labelnames"]
         if kind == "counter":
             metric = Counter(name, doc, labelnames, registry=registry)
         elif kind == "gauge":
-            metric = Gauge(name, doc, labelnames, registry=registry, multiprocess_mode="mostrecent")
+            metric = Gauge(name, doc, labelnames, registry=registry,
+                           multiprocess_mode=m.get("mode", "mostrecent"))
         elif kind == "histogram":
             metric = Histogram(name, doc, labelnames, registry=registry, buckets=m["buckets"])
         else:
             metric = Summary(name, doc, labelnames, registry=registry)
-        for child in m["children"]:
-            ops.append((kind, metric.labels(*child) if labelnames else metric))
+        children = [metric.labels(*child) if labelnames else metric for child in m["children"]]
+        ops.extend((kind, child) for child in children)
+        families.append((kind, name, m.get("buckets") or [1.0], children))
     rng = random.Random(int(pid))
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     print("ready", flush=True)
-    done = 0
+    done = ticks = 0
     start = time.perf_counter()
-    batch = 200
-    while not stop:
-        for _ in range(batch):
-            kind, child = ops[rng.randrange(len(ops))]
-            if kind == "counter":
-                child.inc(rng.random() * 10)
-            elif kind == "gauge":
-                child.set(rng.random())
-            else:
-                child.observe(rng.expovariate(1.0))
-        done += batch
-        ahead = done / rate - (time.perf_counter() - start)
-        if ahead > 0:
-            time.sleep(ahead)
+    if tick > 0:
+        # vLLM's stat logger at every scheduler step: the gauges of the engines, the token
+        # and cache counters, the histograms of the requests that finished.
+        due = start
+        while not stop:
+            for kind, name, buckets, children in families:
+                if kind == "gauge":
+                    for child in children:
+                        child.set(rng.random() if name.endswith("_perc") else rng.randrange(64))
+                    done += len(children)
+                    continue
+                child = children[rng.randrange(len(children))]
+                if kind == "counter":
+                    child.inc(rng.randrange(1, 2048) if ("tokens" in name or "bytes" in name
+                                                         or "flops" in name) else 1)
+                elif kind == "histogram":
+                    child.observe(buckets[rng.randrange(len(buckets))] * rng.random() * 1.2)
+                else:
+                    child.observe(rng.random())
+                done += 1
+            ticks += 1
+            due += tick
+            ahead = due - time.perf_counter()
+            if ahead > 0:
+                time.sleep(ahead)
+            elif ahead < -tick:
+                due = time.perf_counter()   # fell behind (a busy machine): no burst to catch up
+    else:
+        batch = 200
+        while not stop:
+            for _ in range(batch):
+                kind, child = ops[rng.randrange(len(ops))]
+                if kind == "counter":
+                    child.inc(rng.random() * 10)
+                elif kind == "gauge":
+                    child.set(rng.random())
+                else:
+                    child.observe(rng.expovariate(1.0))
+            done += batch
+            ahead = done / rate - (time.perf_counter() - start)
+            if ahead > 0:
+                time.sleep(ahead)
     elapsed = time.perf_counter() - start
-    print(json.dumps({"pid": pid, "ops": done, "seconds": elapsed, "ops_per_second": done / elapsed,
-                      "cpu_s": time.process_time()}), flush=True)
+    print(json.dumps({"pid": pid, "ops": done, "ticks": ticks, "seconds": elapsed,
+                      "ops_per_second": done / elapsed, "cpu_s": time.process_time()}), flush=True)
+
+
+def child_py_poller(argv):
+    """_py_poller CONFIG_JSON: HTTP pollers, each at a fixed rate on its own keep-alive
+    connection, for a fixed wall time; prints what they got and the CPU that the server
+    (``server_pid``) and the processes of ``watch_pids`` used over exactly that time.
+
+    CONFIG_JSON: ``{"port", "path", "seconds", "warmup_s", "server_pid", "watch_pids", "pollers":
+    [{"name", "hz", "headers": {..}, "expect"}]}``. Each poller first sends one request (it opens
+    the connection; the server's first scrape is not the steady state), then polls at its rate
+    for ``warmup_s`` more, none of it counted, then for ``seconds``, measured; the pollers of one
+    rate poll at evenly spread phases of their period. A poller that falls behind
+    skips the requests it missed rather than sending them in a burst. Bodies are read whole and
+    gunzipped, and must contain ``expect``."""
+    import http.client
+    import threading
+    from zlib import error as zlib_error
+
+    cfg = json.loads(argv[0])
+    pollers = cfg["pollers"]
+    barrier = threading.Barrier(len(pollers) + 1)
+    window = {}
+    reports = [None] * len(pollers)
+
+    def connection():
+        return http.client.HTTPConnection("127.0.0.1", cfg["port"], timeout=60)
+
+    def poll(index, p):
+        conn, connects = connection(), 0
+        report = {"name": p["name"], "hz": p["hz"], "requests": 0, "errors": 0, "connects": 0,
+                  "missing_expected": 0, "content_types": {}, "content_encodings": {},
+                  "wire_bytes": 0, "body_bytes": 0, "problems": []}
+        latencies = []
+
+        def one(counted):
+            nonlocal conn, connects
+            if conn.sock is None:
+                connects += 1
+            t = time.perf_counter()
+            try:
+                conn.request("GET", cfg["path"], headers=p["headers"])
+                resp = conn.getresponse()
+                raw = resp.read()
+                elapsed = (time.perf_counter() - t) * 1e3
+                if resp.status != 200:
+                    raise http.client.HTTPException(f"status {resp.status}")
+                encoding = resp.getheader("Content-Encoding") or "identity"
+                body = gzip.decompress(raw) if encoding == "gzip" else raw
+            except (OSError, http.client.HTTPException, EOFError, zlib_error) as e:
+                conn.close()
+                conn = connection()
+                if counted:
+                    report["errors"] += 1
+                    if len(report["problems"]) < 5:
+                        report["problems"].append(repr(e))
+                return
+            if not counted:
+                return
+            report["requests"] += 1
+            latencies.append(elapsed)
+            ctype = resp.getheader("Content-Type") or ""
+            report["content_types"][ctype] = report["content_types"].get(ctype, 0) + 1
+            report["content_encodings"][encoding] = report["content_encodings"].get(encoding, 0) + 1
+            report["wire_bytes"] += len(raw)
+            report["body_bytes"] += len(body)
+            if p["expect"].encode() not in body:
+                report["missing_expected"] += 1
+
+        try:
+            one(False)
+        finally:
+            barrier.wait()
+        period = 1.0 / p["hz"]
+        same_rate = [q for q in pollers if q["hz"] == p["hz"]]
+        phase = period * (same_rate.index(p) + 0.5) / len(same_rate)
+        # Polled during the warm-up too, at the same rate, not counted.
+        due = window["start"] + phase - period * int(window["warmup"] * p["hz"])
+        while due < window["end"]:
+            ahead = due - time.monotonic()
+            if ahead > 0:
+                time.sleep(ahead)
+            one(due >= window["start"])
+            due += period
+            if due < time.monotonic() - period:
+                due = time.monotonic()
+        conn.close()
+        report["connects"] = connects
+        report["latency_ms"] = percentiles(latencies)
+        reports[index] = report
+
+    threads = [threading.Thread(target=poll, args=(i, p)) for i, p in enumerate(pollers)]
+    for th in threads:
+        th.start()
+    window["warmup"] = cfg.get("warmup_s", 0.0)
+    window["start"] = time.monotonic() + 0.05 + window["warmup"]
+    window["end"] = window["start"] + cfg["seconds"]
+    barrier.wait()
+    time.sleep(max(0.0, window["start"] - time.monotonic()))
+    watched = [pid for pid in cfg.get("watch_pids", []) if os.path.exists(f"/proc/{pid}")]
+    server0, watched0, client0 = cpu_seconds(cfg["server_pid"]), [cpu_seconds(p) for p in watched], \
+        time.process_time()
+    t0 = time.monotonic()
+    for th in threads:
+        th.join()
+    wall = time.monotonic() - t0
+    server_cpu = cpu_seconds(cfg["server_pid"]) - server0
+    watched_cpu = 0.0
+    for pid, before in zip(watched, watched0):
+        try:
+            watched_cpu += cpu_seconds(pid) - before
+        except OSError:
+            pass
+    print(json.dumps({"wall_s": wall, "server_cpu_s": server_cpu, "watched_cpu_s": watched_cpu,
+                      "client_cpu_s": time.process_time() - client0, "clk_tck": os.sysconf("SC_CLK_TCK"),
+                      "pollers": reports}), flush=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -362,17 +534,21 @@ def check_equal_inprocess(tools, directory, scratch):
     return {"equal": not problems, "bytes": len(py), "problems": problems}
 
 
+def spawn_exporter(tools, directory, port, *flags):
+    """`multiproc-exporter serve` on `directory` and 127.0.0.1:`port`: the given flags, else defaults."""
+    return subprocess.Popen([tools.exporter, "serve", "--dir", directory, "--web.listen-address",
+                             f"127.0.0.1:{port}", *flags, "--log.level", "warn"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def start_servers(tools, directory):
     py_port, rs_port = free_port(), free_port()
     py = subprocess.Popen(tools.py_child("_py_server", directory, py_port), stdout=subprocess.PIPE,
                           stderr=subprocess.DEVNULL, text=True)
-    rs = subprocess.Popen([tools.exporter, "serve", "--dir", directory,
-                           "--web.listen-address", f"127.0.0.1:{rs_port}",
-                           # Byte-identical HTTP answers need Python's negotiation
-                           # (the default, `safe`, differs on purpose for Prometheus 2.x).
-                           "--web.negotiation", "prometheus-client",
-                           "--web.disable-exporter-metrics", "--log.level", "warn"],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    rs = spawn_exporter(tools, directory, rs_port,
+                        # Byte-identical HTTP answers need Python's negotiation
+                        # (the default, `safe`, differs on purpose for Prometheus 2.x).
+                        "--web.negotiation", "prometheus-client", "--web.disable-exporter-metrics")
     try:
         wait_listening(py_port, py)
         wait_listening(rs_port, rs)
@@ -511,14 +687,10 @@ def measure_writers(tools, args, processes, workdir):
     with open(spec_path, "w") as f:
         f.write(subprocess.run([tools.gen, "--spec"], check=True, capture_output=True, text=True).stdout)
     log(f"== writers active: {processes} processes + {args.writers} writers at {args.writer_rate:g} ops/s each")
-    writers = [subprocess.Popen(tools.py_child("_py_writer", directory, WRITER_PID_BASE + i, args.writer_rate,
-                                               spec_path),
-                                stdout=subprocess.PIPE, text=True) for i in range(args.writers)]
     result = {"processes": processes, "writers": args.writers, "writer_rate": args.writer_rate}
+    writers = start_writers(tools, directory, args.writers, spec_path, rate=args.writer_rate,
+                            first_pid=WRITER_PID_BASE)
     try:
-        for w in writers:
-            if w.stdout.readline().strip() != "ready":
-                raise RuntimeError("writer did not start")
         time.sleep(0.5)
         result["active_exporter"] = run_json([tools.bench, "--dir", directory, "--iterations",
                                               str(args.rs_iterations), "--max-seconds", str(args.rs_seconds)])
@@ -527,15 +699,7 @@ def measure_writers(tools, args, processes, workdir):
         if not args.skip_http:
             result["active_http"] = http_c1(tools, args, directory)
     finally:
-        reports = []
-        for w in writers:
-            w.send_signal(signal.SIGTERM)
-        for w in writers:
-            out, _ = w.communicate(timeout=30)
-            lines = [line for line in out.splitlines() if line.startswith("{")]
-            if lines:
-                reports.append(json.loads(lines[-1]))
-        result["writer_reports"] = reports
+        result["writer_reports"] = stop_writers(writers)
     result["idle_exporter"] = run_json([tools.bench, "--dir", directory, "--iterations", str(args.rs_iterations),
                                         "--max-seconds", str(args.rs_seconds)])
     result["idle_python"] = run_json(tools.py_child("_py_inproc", directory, args.py_iterations,
@@ -543,6 +707,46 @@ def measure_writers(tools, args, processes, workdir):
     if not args.skip_http:
         result["idle_http"] = http_c1(tools, args, directory)
     return result
+
+
+def start_writers(tools, directory, count, spec_path, rate=0.0, first_pid=None, tick=None):
+    """Starts `count` prometheus_client writer processes (``_py_writer``) on `directory` and waits
+    until each has registered its metrics. `first_pid`: the identifiers written into the file names
+    count up from it (the processes are not those pids); None: each writer's own pid. `tick`:
+    seconds between two rounds of vLLM-like updates instead of `rate` random operations/s."""
+    writers = []
+    try:
+        for i in range(count):
+            pid = "self" if first_pid is None else first_pid + i
+            tail = [] if tick is None else [tick]
+            writers.append(subprocess.Popen(tools.py_child("_py_writer", directory, pid, rate, spec_path, *tail),
+                                            stdout=subprocess.PIPE, text=True))
+        for w in writers:
+            if w.stdout.readline().strip() != "ready":
+                raise RuntimeError("writer did not start")
+    except BaseException:
+        stop_writers(writers)
+        raise
+    return writers
+
+
+def stop_writers(writers):
+    """Stops writers started by start_writers (stopped ones too); returns their reports."""
+    reports = []
+    for w in writers:
+        if w.poll() is None:
+            w.send_signal(signal.SIGTERM)
+            w.send_signal(signal.SIGCONT)
+    for w in writers:
+        try:
+            out, _ = w.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            w.kill()
+            out, _ = w.communicate()
+        lines = [line for line in (out or "").splitlines() if line.startswith("{")]
+        if lines:
+            reports.append(json.loads(lines[-1]))
+    return reports
 
 
 def http_c1(tools, args, directory):
@@ -554,6 +758,229 @@ def http_c1(tools, args, directory):
     finally:
         for proc, _ in servers.values():
             stop_process(proc)
+
+
+# The "polled pod" (issue 29): a vLLM pod's API-server writers changing values all the time,
+# polled by the inference gateway's endpoint pickers (EPP, every 50 ms each, its default
+# --refreshMetricsInterval) and by Prometheus. The families are vLLM 0.33's own (the demo's
+# catalogue), with 2 models and 2 engines.
+POD_CATALOGUE = os.path.join(ROOT, "src", "demo", "catalogue", "vllm-0.33.0-stat-logger.json")
+POD_MODELS = ["meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen3-8B"]
+POD_ENGINES = ["0", "1"]
+POD_GAUGES = {
+    "vllm:num_requests_running": "livesum",
+    "vllm:num_requests_waiting": "livesum",
+    "vllm:websocket_connections_active": "livesum",
+    "vllm:kv_cache_usage_perc": "livemostrecent",
+    "vllm:num_requests_waiting_by_reason": "livemostrecent",
+}
+POD_COUNTERS = [
+    "vllm:prompt_tokens", "vllm:generation_tokens", "vllm:request_success", "vllm:num_preemptions",
+    "vllm:prefix_cache_queries", "vllm:prefix_cache_hits", "vllm:prompt_tokens_by_source",
+    "vllm:prompt_tokens_cached", "vllm:prompt_tokens_cached_by_source", "vllm:external_prefix_cache_queries",
+    "vllm:external_prefix_cache_hits", "vllm:mm_cache_queries", "vllm:mm_cache_hits", "vllm:corrupted_requests",
+    "vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens", "vllm:spec_decode_num_accepted_tokens",
+    "vllm:spec_decode_num_accepted_tokens_per_pos", "vllm:estimated_flops_per_gpu",
+    "vllm:estimated_read_bytes_per_gpu",
+]
+POD_HISTOGRAMS = [
+    "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
+    "vllm:request_time_per_output_token_seconds", "vllm:e2e_request_latency_seconds",
+    "vllm:request_queue_time_seconds", "vllm:request_inference_time_seconds", "vllm:request_prefill_time_seconds",
+    "vllm:request_decode_time_seconds", "vllm:request_prompt_tokens", "vllm:request_generation_tokens",
+    "vllm:iteration_tokens_total", "vllm:request_params_max_tokens",
+]
+# Go's net/http adds `Accept-Encoding: gzip` and its User-Agent; the EPP sets no Accept header
+# (gateway-api-inference-extension, pkg/epp/backend/metrics/metrics.go: a bare
+# http.NewRequestWithContext, then expfmt.TextParser on the body).
+EPP_HEADERS = {"Accept-Encoding": "gzip", "User-Agent": "Go-http-client/1.1"}
+PROMETHEUS2_HEADERS = {"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip", "User-Agent": "Prometheus/2.53.4",
+                       "X-Prometheus-Scrape-Timeout-Seconds": "10"}
+# Issue 29's targets: the exporter's CPU share (% of one core) by live writers; an unchanged
+# directory's CPU per scrape (ms, own metrics on); one HTTP scrape against Python's merge.
+POD_TARGET_PERCENT = {1: 0.5, 4: 1.0, 16: 2.0}
+POD_TARGET_UNCHANGED_MS = 0.15
+POD_TARGET_HTTP_RATIO = 150
+
+
+def polled_pod_spec():
+    """The writers' metric spec (``_py_writer``'s format) from the catalogue of vLLM's families."""
+    import itertools
+
+    with open(POD_CATALOGUE) as f:
+        catalogue = {m["name"]: m for m in json.load(f)}
+    spec = []
+    for kind, names in (("gauge", list(POD_GAUGES)), ("counter", POD_COUNTERS), ("histogram", POD_HISTOGRAMS)):
+        for name in names:
+            m = catalogue[name]
+            if m["type"] != kind:
+                raise RuntimeError(f"{name} is a {m['type']} in {POD_CATALOGUE}, not a {kind}")
+            values = {label: POD_MODELS if label == "model_name" else POD_ENGINES if label == "engine"
+                      else m["label_values"][label] for label in m["labels"]}
+            entry = {"type": kind, "name": name, "help": m["help"], "labelnames": m["labels"],
+                     "buckets": m.get("buckets"),
+                     "children": [list(c) for c in itertools.product(*(values[label] for label in m["labels"]))]}
+            if kind == "gauge":
+                entry["mode"] = POD_GAUGES[name]
+            spec.append(entry)
+    return spec
+
+
+def polled_pod_pollers():
+    """3 endpoint pickers at 20 Hz (no Accept header) and Prometheus 2.x at 0.2 Hz (its 15 s
+    interval is long for a run of seconds: every 5 s, its scrape's cost is what counts)."""
+    epp = [{"name": f"epp-{i}", "hz": 20.0, "headers": EPP_HEADERS, "expect": "vllm:num_requests_running"}
+           for i in range(3)]
+    return epp + [{"name": "prometheus-2", "hz": 0.2, "headers": PROMETHEUS2_HEADERS,
+                   "expect": "num_requests_running"}]
+
+
+def run_pollers(tools, proc, port, pollers, seconds, warmup, watch_pids=()):
+    """Polls the server for `warmup` seconds, then for `seconds` of measured wall time
+    (``_py_poller``); adds the server's CPU share (% of one core) and its CPU per scrape."""
+    cfg = {"port": port, "path": "/metrics", "seconds": seconds, "warmup_s": warmup, "server_pid": proc.pid,
+           "watch_pids": list(watch_pids), "pollers": pollers}
+    r = run_json(tools.py_child("_py_poller", json.dumps(cfg)), timeout=seconds + 300)
+    if proc.poll() is not None:
+        raise RuntimeError(f"exporter exited with {proc.returncode} while polled")
+    reports = [p for p in r["pollers"] if p]
+    r["scrapes"] = sum(p["requests"] for p in reports)
+    r["planned_scrapes"] = sum(p["hz"] for p in pollers) * seconds
+    r["errors"] = sum(p["errors"] for p in reports) + (len(pollers) - len(reports))
+    r["not_gzip"] = sum(n for p in reports for enc, n in p["content_encodings"].items() if enc != "gzip")
+    r["missing_expected"] = sum(p["missing_expected"] for p in reports)
+    r["server_cpu_percent"] = r["server_cpu_s"] / r["wall_s"] * 100
+    r["server_cpu_ms_per_scrape"] = r["server_cpu_s"] * 1e3 / max(1, r["scrapes"])
+    r["watched_cpu_percent"] = r["watched_cpu_s"] / r["wall_s"] * 100
+    r["server_vm_hwm_kib"] = vm_hwm_kib(proc.pid)
+    return r
+
+
+def start_exporter(tools, directory, *flags):
+    port = free_port()
+    proc = spawn_exporter(tools, directory, port, *flags)
+    try:
+        wait_listening(port, proc)
+    except Exception:
+        stop_process(proc)
+        raise
+    return proc, port
+
+
+def measure_polled_pod(tools, args, workdir):
+    """Issue 29's polled pod, for each writer count of --polled-pod-writers."""
+    spec_path = os.path.join(workdir, "polled-pod-spec.json")
+    spec = polled_pod_spec()
+    with open(spec_path, "w") as f:
+        json.dump(spec, f)
+    pollers = polled_pod_pollers()
+    rate = sum(p["hz"] for p in pollers)
+    result = {"settings": {
+        "seconds": args.pod_seconds, "warmup_s": args.pod_warmup, "tick_s": args.pod_tick, "poll_rate_hz": rate,
+        "pollers": [{k: p[k] for k in ("name", "hz", "headers")} for p in pollers],
+        "families": {kind: sum(1 for m in spec if m["type"] == kind) for kind in ("gauge", "counter", "histogram")},
+        "series": sum(len(m["children"]) for m in spec), "gauge_modes": POD_GAUGES,
+        "models": POD_MODELS, "engines": POD_ENGINES, "unchanged_writers": max(args.pod_writers),
+        "python_iterations": args.pod_py[0], "python_seconds": args.pod_py[1]}, "runs": []}
+    for n in args.pod_writers:
+        result["runs"].append(polled_pod_run(tools, args, n, spec_path, pollers, workdir,
+                                             unchanged=n == max(args.pod_writers)))
+    return result
+
+
+def polled_pod_run(tools, args, n, spec_path, pollers, workdir, unchanged):
+    """n live writers, the exporter with default flags, the pollers for --polled-pod-seconds; then
+    Python's collection of the same live directory. With `unchanged`, the writers are then
+    stopped (SIGSTOP: alive, their files kept, nothing changes) and the pollers run again, with
+    the exporter's own metrics and, on a new exporter, without them."""
+    directory = tempfile.mkdtemp(prefix=f"polled-pod-{n}-", dir=workdir)
+    log(f"== polled pod: {n} live writer(s) updating every {args.pod_tick * 1e3:g} ms, "
+        f"pollers {' + '.join(f'{p[0]} x {p[1]:g} Hz' for p in _poller_groups(pollers))}, {args.pod_seconds:g} s")
+    rate = sum(p["hz"] for p in pollers)
+    run = {"writers": n}
+    writers = start_writers(tools, directory, n, spec_path, tick=args.pod_tick)
+    pids = [w.pid for w in writers]
+    server = None
+    try:
+        time.sleep(0.5)    # every family written and moving
+        server = start_exporter(tools, directory)
+        run["files"] = len([f for f in os.listdir(directory) if f.endswith(".db")])
+        run["directory_used"] = used_bytes(directory)
+        run["live"] = run_pollers(tools, *server, pollers, args.pod_seconds, args.pod_warmup, pids)
+        live = run["live"]
+        log(f"   exporter {live['server_cpu_percent']:.2f} % of a core, {live['server_cpu_ms_per_scrape']:.3f} ms "
+            f"per scrape ({live['scrapes']} scrapes in {live['wall_s']:.1f} s); writers "
+            f"{live['watched_cpu_percent']:.0f} %")
+        py = run["python_live"] = run_json(tools.py_child("_py_inproc", directory, *args.pod_py), timeout=900)
+        run["python_live_percent"] = py["scrape_ms"]["p50"] * rate / 10
+        log(f"   prometheus_client {py['scrape_ms']['p50']:.2f} ms per collection: "
+            f"{run['python_live_percent']:.0f} % of a core at {rate:g} Hz")
+        if unchanged:
+            for pid in pids:
+                os.kill(pid, signal.SIGSTOP)
+            try:
+                time.sleep(0.2)
+                u = run["unchanged"] = {}
+                u["own_metrics"] = run_pollers(tools, *server, pollers, args.pod_seconds, args.pod_warmup)
+                if os.path.exists(tools.load):
+                    # Back to back, concurrency 1, as Prometheus's request (target 3).
+                    u["own_metrics_http_c1"] = http_load(tools, server[0], server[1], 1, *args.rs_http)
+                stop_process(server[0])
+                server = start_exporter(tools, directory, "--web.disable-exporter-metrics")
+                u["no_own_metrics"] = run_pollers(tools, *server, pollers, args.pod_seconds, args.pod_warmup)
+                run["python_unchanged"] = run_json(tools.py_child("_py_inproc", directory, *args.pod_py),
+                                                   timeout=900)
+                log(f"   unchanged: {u['own_metrics']['server_cpu_ms_per_scrape']:.3f} ms per scrape with the "
+                    f"own metrics, {u['no_own_metrics']['server_cpu_ms_per_scrape']:.3f} ms without")
+            finally:
+                for pid in pids:
+                    os.kill(pid, signal.SIGCONT)
+    finally:
+        if server:
+            stop_process(server[0])
+        run["writer_reports"] = stop_writers(writers)
+        shutil.rmtree(directory, ignore_errors=True)
+    return run
+
+
+def _poller_groups(pollers):
+    groups = {}
+    for p in pollers:
+        groups[p["hz"]] = groups.get(p["hz"], 0) + 1
+    return [(count, hz) for hz, count in groups.items()]
+
+
+def polled_pod_checks(pod, quick):
+    """What must hold in every run, --quick included (the targets are checked only in full runs)."""
+    checks = []
+    for run in pod["runs"]:
+        n = run["writers"]
+        polls = [("live", run.get("live"))] + [(f"unchanged, {k.replace('_', ' ')}", v)
+                                               for k, v in (run.get("unchanged") or {}).items()
+                                               if k != "own_metrics_http_c1"]
+        for what, r in polls:
+            if not r:
+                continue
+            checks.append((f"polled pod, {n} writer(s), {what}: every poll answered 200, gzipped, with vLLM's families",
+                           r["errors"] == 0 and r["not_gzip"] == 0 and r["missing_expected"] == 0,
+                           f"{r['errors']} errors, {r['not_gzip']} not gzipped, {r['missing_expected']} without "
+                           f"the expected family" + "".join(f"; {x}" for p in r["pollers"] if p
+                                                            for x in p["problems"][:1])))
+            answered = [p["requests"] for p in r["pollers"] if p]
+            detail = f"{r['scrapes']} scrapes of {r['planned_scrapes']:.0f} planned, by poller {answered}"
+            if quick:
+                # A debug build on a busy CI machine may not keep 20 Hz: only that every poller is served.
+                checks.append((f"polled pod, {n} writer(s), {what}: every poller was answered",
+                               len(answered) == len(r["pollers"]) and min(answered, default=0) > 0, detail))
+            else:
+                checks.append((f"polled pod, {n} writer(s), {what}: every poller answered, at least half the "
+                               "planned scrapes", len(answered) == len(r["pollers"]) and min(answered, default=0) > 0
+                               and r["scrapes"] >= 0.5 * r["planned_scrapes"], detail))
+        reports = run.get("writer_reports") or []
+        checks.append((f"polled pod, {n} writer(s): every writer kept writing",
+                       len(reports) == n and all(r["ticks"] > 0 for r in reports),
+                       f"{len(reports)} reports, ticks {sorted(r['ticks'] for r in reports)}"))
+    return checks
 
 
 # ---------------------------------------------------------------------------------------------
@@ -695,39 +1122,40 @@ def tables(results):
     out = []
     if results.get("cardinality"):
         out.append(cardinality_table(results["cardinality"]))
-    out.append("### In-process: one scrape (read + merge + encode), median over the steady state\n")
-    out.append("| directory | files | series (entries) | used MB | Python ms | exporter cold ms | exporter ms "
-               "| ratio | floor ms | exporter / floor | open+read only ms | pread, fds kept open ms | Python µs/entry "
-               "| exporter µs/entry |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for c in results["cases"]:
-        if "python" not in c:
-            continue
-        fx = c["fixture"]
-        py = c["python"]["scrape_ms"]["p50"]
-        rs = c["exporter"]["scrape_ms"]["p50"]
-        floor = c.get("floor_ms")
-        rf = c.get("read_floor", {}).get("read_ms", {}).get("p50")
-        rfo = c.get("read_floor", {}).get("open_fds_read_ms", {}).get("p50")
-        out.append(
-            f"| {c['label']} | {fx['files']} | {fx['records']} | {fx['used_bytes'] / 1e6:.1f} | {fmt_ms(py)} "
-            f"| {fmt_ms(c['exporter']['cold_ms'])} | {fmt_ms(rs)} | {fmt_ratio(py, rs)} | {fmt_ms(floor)} "
-            f"| {fmt_ratio(rs, floor)} | {fmt_ms(rf)} | {fmt_ms(rfo)} | {py * 1e3 / fx['records']:.2f} "
-            f"| {rs * 1e3 / fx['records']:.4f} |")
-    out.append("")
-    out.append("### In-process: CPU and memory\n")
-    out.append("| directory | Python CPU ms/scrape | exporter CPU ms/scrape | Python peak RSS MiB | exporter peak RSS MiB "
-               "| exporter p99 ms | unchanged scrape: keys decoded / re-plans |")
-    out.append("|---|---|---|---|---|---|---|")
-    for c in results["cases"]:
-        if "python" not in c:
-            continue
-        p, e = c["python"], c["exporter"]
-        out.append(
-            f"| {c['label']} | {fmt_ms(p['steady_cpu_ms_per_scrape'])} | {fmt_ms(e['steady_cpu_ms_per_scrape'])} "
-            f"| {(p['vm_hwm_kib'] or 0) / 1024:.1f} | {(e['vm_hwm_kib'] or 0) / 1024:.1f} "
-            f"| {fmt_ms(e['scrape_ms']['p99'])} | {e['steady_keys_decoded_max']} / {e['steady_replanned']} |")
-    out.append("")
+    if any("python" in c for c in results["cases"]):
+        out.append("### In-process: one scrape (read + merge + encode), median over the steady state\n")
+        out.append("| directory | files | series (entries) | used MB | Python ms | exporter cold ms | exporter ms "
+                   "| ratio | floor ms | exporter / floor | open+read only ms | pread, fds kept open ms | Python µs/entry "
+                   "| exporter µs/entry |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for c in results["cases"]:
+            if "python" not in c:
+                continue
+            fx = c["fixture"]
+            py = c["python"]["scrape_ms"]["p50"]
+            rs = c["exporter"]["scrape_ms"]["p50"]
+            floor = c.get("floor_ms")
+            rf = c.get("read_floor", {}).get("read_ms", {}).get("p50")
+            rfo = c.get("read_floor", {}).get("open_fds_read_ms", {}).get("p50")
+            out.append(
+                f"| {c['label']} | {fx['files']} | {fx['records']} | {fx['used_bytes'] / 1e6:.1f} | {fmt_ms(py)} "
+                f"| {fmt_ms(c['exporter']['cold_ms'])} | {fmt_ms(rs)} | {fmt_ratio(py, rs)} | {fmt_ms(floor)} "
+                f"| {fmt_ratio(rs, floor)} | {fmt_ms(rf)} | {fmt_ms(rfo)} | {py * 1e3 / fx['records']:.2f} "
+                f"| {rs * 1e3 / fx['records']:.4f} |")
+        out.append("")
+        out.append("### In-process: CPU and memory\n")
+        out.append("| directory | Python CPU ms/scrape | exporter CPU ms/scrape | Python peak RSS MiB | exporter peak RSS MiB "
+                   "| exporter p99 ms | unchanged scrape: keys decoded / re-plans |")
+        out.append("|---|---|---|---|---|---|---|")
+        for c in results["cases"]:
+            if "python" not in c:
+                continue
+            p, e = c["python"], c["exporter"]
+            out.append(
+                f"| {c['label']} | {fmt_ms(p['steady_cpu_ms_per_scrape'])} | {fmt_ms(e['steady_cpu_ms_per_scrape'])} "
+                f"| {(p['vm_hwm_kib'] or 0) / 1024:.1f} | {(e['vm_hwm_kib'] or 0) / 1024:.1f} "
+                f"| {fmt_ms(e['scrape_ms']['p99'])} | {e['steady_keys_decoded_max']} / {e['steady_replanned']} |")
+        out.append("")
     if any("http" in c for c in results["cases"]):
         out.append("### Over HTTP (loopback, Prometheus's Accept header, gzip)\n")
         out.append("| directory | server | conc. | scrapes | scrapes/s | p50 ms | p99 ms | CPU ms/scrape "
@@ -820,6 +1248,65 @@ def tables(results):
                     f"| {fmt_ms(i['exporter']['latency_ms']['p50'])} | {fmt_ms(rs)} "
                     f"| {w['active_python']['scrape_ms']['p50'] / rs:.0f}x |")
             out.append("")
+    if results.get("polled_pod"):
+        out.append(polled_pod_table(results["polled_pod"]))
+    return "\n".join(out)
+
+
+def polled_pod_table(pod):
+    st = pod["settings"]
+    groups = " + ".join(f"{count} at {hz:g} Hz" for count, hz in _poller_groups(st["pollers"]))
+    out = ["### Polled pod (issue 29)\n",
+           f"Real prometheus_client writers (vLLM 0.33's families: {st['families']['gauge']} gauges in "
+           f"`livesum`/`livemostrecent`, {st['families']['counter']} counters, {st['families']['histogram']} "
+           f"histograms; {len(st['models'])} models x {len(st['engines'])} engines, {st['series']} series per "
+           f"writer) update values every {st['tick_s'] * 1e3:g} ms. `serve` with default flags (its own metrics "
+           f"on) is polled over keep-alive connections by {groups} ({st['poll_rate_hz']:g} scrapes/s: endpoint "
+           f"pickers without `Accept`, Prometheus 2.x's `Accept`; gzip) for {st['seconds']:g} s of wall time. "
+           "CPU from the server's `utime + stime` (`/proc/PID/stat`) over that time. prometheus_client: the "
+           "median time of one `MultiProcessCollector` + `generate_latest` collection of the same live directory "
+           f"(in-process) times {st['poll_rate_hz']:g}/s.\n",
+           "| writers | files | used KB | scrapes (planned) | exporter, % of a core | exporter CPU ms/scrape "
+           "| endpoint pickers' poll p50 / p99 ms | prometheus_client ms/collection | prometheus_client at this rate, % of a core "
+           "| writers' CPU, % of a core |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for run in pod["runs"]:
+        live = run.get("live")
+        if not live:
+            continue
+        epp = [p for p in live["pollers"] if p and p["hz"] >= 1]
+        lat = percentiles([v for p in epp for v in (p["latency_ms"].get("p50"),) if v is not None])
+        p99 = max((p["latency_ms"].get("p99") or 0) for p in epp) if epp else None
+        py = run.get("python_live")
+        py_ms = fmt_ms(py["scrape_ms"]["p50"]) if py else "-"
+        py_percent = f"{run['python_live_percent']:.0f}" if py else "-"
+        out.append(f"| {run['writers']} | {run['files']} | {run['directory_used']['used_bytes'] / 1e3:.0f} "
+                   f"| {live['scrapes']} ({live['planned_scrapes']:.0f}) | {live['server_cpu_percent']:.2f} "
+                   f"| {fmt_ms(live['server_cpu_ms_per_scrape'])} | {fmt_ms(lat.get('p50'))} / {fmt_ms(p99)} "
+                   f"| {py_ms} | {py_percent} | {live['watched_cpu_percent']:.0f} |")
+    out.append("")
+    unchanged = [r for r in pod["runs"] if r.get("unchanged")]
+    if unchanged:
+        out.append("Unchanged directory: the same writers stopped (`SIGSTOP`: alive, files kept, no value "
+                   "changes), the same pollers; then, back to back at concurrency 1, Prometheus's request "
+                   "(`http_load`), against prometheus_client's in-process collection of that directory.\n")
+        out.append("| writers | exporter | scrapes | CPU ms/scrape | % of a core | back to back: p50 ms / CPU ms "
+                   "| prometheus_client ms/collection | ratio (p50) |")
+        out.append("|---|---|---|---|---|---|---|---|")
+        for run in unchanged:
+            u, py = run["unchanged"], run.get("python_unchanged")
+            for key, name in (("own_metrics", "default (own metrics on)"),
+                              ("no_own_metrics", "`--web.disable-exporter-metrics`")):
+                r = u.get(key)
+                if not r:
+                    continue
+                c1 = u.get(key + "_http_c1")
+                b2b = f"{fmt_ms(c1['latency_ms']['p50'])} / {fmt_ms(c1['cpu_ms_per_scrape'])}" if c1 else "-"
+                ratio = fmt_ratio(py["scrape_ms"]["p50"], c1["latency_ms"]["p50"]) if c1 and py else "-"
+                out.append(f"| {run['writers']} | {name} | {r['scrapes']} | {fmt_ms(r['server_cpu_ms_per_scrape'])} "
+                           f"| {r['server_cpu_percent']:.2f} | {b2b} "
+                           f"| {fmt_ms(py['scrape_ms']['p50']) if py else '-'} | {ratio} |")
+        out.append("")
     return "\n".join(out)
 
 
@@ -906,10 +1393,38 @@ def targets(results):
             card["serve"]["peak_mib"] < card["python"]["peak_mib"],
             f"serve {card['serve']['peak_mib']:.0f} MiB (8 concurrent scrapes), dump "
             f"{card['dump']['peak_mib']:.0f} MiB, Python {card['python']['peak_mib']:.0f} MiB")
-    no_json = all(c["exporter"]["steady_keys_decoded_max"] == 0 and c["exporter"]["steady_replanned"] == 0
-                  for c in results["cases"] if "exporter" in c)
-    add("unchanged directory: no JSON parsing (no key decoded, no re-plan)", no_json,
-        "checked on every steady-state scrape of every directory")
+    # Issue 29.
+    pod = results.get("polled_pod")
+    for run in (pod or {}).get("runs", []):
+        live, limit = run.get("live"), POD_TARGET_PERCENT.get(run["writers"])
+        if live and limit is not None:
+            rate = pod["settings"]["poll_rate_hz"]
+            detail = (f"{live['server_cpu_percent']:.2f} % ({live['server_cpu_ms_per_scrape']:.3f} ms per scrape, "
+                      f"{live['scrapes']} scrapes in {live['wall_s']:.1f} s)")
+            if run.get("python_live"):
+                detail += (f"; prometheus_client would need {run['python_live_percent']:.0f} % "
+                           f"({run['python_live']['scrape_ms']['p50']:.1f} ms per collection x {rate:g}/s)")
+            add(f"polled pod, {run['writers']} live writer(s), {rate:g} scrapes/s: exporter <= {limit:g} % of one core",
+                live["server_cpu_percent"] <= limit, detail)
+        u = run.get("unchanged") if run["writers"] == 16 else None    # the targets are for 16 writers
+        if u and u.get("own_metrics"):
+            own = u["own_metrics"]["server_cpu_ms_per_scrape"]
+            detail = f"{own:.3f} ms"
+            if u.get("no_own_metrics"):
+                detail += f" ({u['no_own_metrics']['server_cpu_ms_per_scrape']:.3f} ms with --web.disable-exporter-metrics)"
+            add(f"polled pod, unchanged {run['writers']}-writer directory: <= {POD_TARGET_UNCHANGED_MS:g} ms of server "
+                "CPU per scrape, own metrics on", own <= POD_TARGET_UNCHANGED_MS, detail)
+            c1, py = u.get("own_metrics_http_c1"), run.get("python_unchanged")
+            if c1 and py:
+                a, b = py["scrape_ms"]["p50"], c1["latency_ms"]["p50"]
+                add(f"polled pod, unchanged {run['writers']}-writer directory: one HTTP scrape (keep-alive, gzip, "
+                    f"Prometheus 2.x Accept, own metrics on) >= {POD_TARGET_HTTP_RATIO}x prometheus_client's "
+                    "in-process merge", a / b >= POD_TARGET_HTTP_RATIO, f"{a:.1f} ms vs {b:.3f} ms = {a / b:.0f}x")
+    if any("exporter" in c for c in results["cases"]):
+        no_json = all(c["exporter"]["steady_keys_decoded_max"] == 0 and c["exporter"]["steady_replanned"] == 0
+                      for c in results["cases"] if "exporter" in c)
+        add("unchanged directory: no JSON parsing (no key decoded, no re-plan)", no_json,
+            "checked on every steady-state scrape of every directory")
     return t
 
 
@@ -1039,6 +1554,14 @@ def parse_args(argv):
     p.add_argument("--writer-sizes", default="16,256", help="directories measured with writers active")
     p.add_argument("--cardinality", type=int, default=None,
                    help="series of the one-writer high-cardinality case (default 500000; quick: 20000; 0: skip)")
+    p.add_argument("--no-polled-pod", action="store_true", help="skip the polled pod (issue 29)")
+    p.add_argument("--polled-pod-writers", default=None,
+                   help="live writer counts of the polled pod (default 1,4,16; quick: 1,16); the largest is also "
+                        "measured unchanged")
+    p.add_argument("--polled-pod-seconds", type=float, default=None,
+                   help="wall time of each polled-pod measurement (default 20; quick: 4)")
+    p.add_argument("--only", choices=["polled-pod"], default=None,
+                   help="run this scenario alone (no other directory, no default --out)")
     args = p.parse_args(argv)
     quick = args.quick
     args.profile = args.profile or ("debug" if quick else "release")
@@ -1055,7 +1578,14 @@ def parse_args(argv):
         and len(os.sched_getaffinity(0)) > 1 and 0 in os.sched_getaffinity(0)
     args.py_http = (10, 2.0) if quick else (400, 8.0)     # (requests, seconds)
     args.rs_http = (200, 1.0) if quick else (50000, 5.0)
-    if args.out is None and not quick:
+    args.pod_writers = [int(s) for s in (args.polled_pod_writers or ("1,16" if quick else "1,4,16")).split(",") if s]
+    args.pod_seconds = args.polled_pod_seconds or (4.0 if quick else 20.0)
+    args.pod_tick = 0.01                                   # the writers update every 10 ms
+    args.pod_warmup = 1.0 if quick else 3.0                # polled, not measured (a new server settles)
+    args.pod_py = (5, 1.0) if quick else (30, 4.0)         # Python's collections: (at most, seconds)
+    if args.only == "polled-pod" and args.no_polled_pod:
+        p.error("--only polled-pod and --no-polled-pod exclude each other")
+    if args.out is None and not quick and not args.only:
         args.out = os.path.join(ROOT, "docs", "performance")
     return args
 
@@ -1066,9 +1596,10 @@ def main(argv):
         with open(argv[1]) as f:
             svg_plot(json.load(f), argv[2])
         return 0
-    if argv and argv[0] in ("_py_inproc", "_py_server", "_py_writer", "_py_write_series"):
-        {"_py_inproc": child_py_inproc, "_py_server": child_py_server,
-         "_py_writer": child_py_writer, "_py_write_series": child_py_write_series}[argv[0]](argv[1:])
+    children = {"_py_inproc": child_py_inproc, "_py_server": child_py_server, "_py_writer": child_py_writer,
+                "_py_write_series": child_py_write_series, "_py_poller": child_py_poller}
+    if argv and argv[0] in children:
+        children[argv[0]](argv[1:])
         return 0
     args = parse_args(argv)
     start = time.time()
@@ -1090,15 +1621,18 @@ def main(argv):
         "exporter_iterations": args.rs_iterations, "exporter_seconds": args.rs_seconds,
         "python_http": args.py_http, "exporter_http": args.rs_http, "workdir_fs": fs_type(workdir),
         "accept": PROMETHEUS_ACCEPT}}
+    only_pod = args.only == "polled-pod"
     checks = []
     try:
-        if not args.quick:
+        if only_pod:
+            pass
+        elif not args.quick:
             log("== memory bandwidth")
             results["membw"] = run_json([tools.bench, "--membw"])
         else:
             results["membw"] = run_json([tools.bench, "--membw", "--mib", "64"])
-        cases = [(str(n), n, 0) for n in args.sizes]
-        if not args.no_churn:
+        cases = [] if only_pod else [(str(n), n, 0) for n in args.sizes]
+        if not args.no_churn and not only_pod:
             for spec in args.churn.split(","):
                 live, dead = (int(x) for x in spec.split(":"))
                 cases.append((f"churn_{live}+{dead}dead", live, dead))
@@ -1124,15 +1658,19 @@ def main(argv):
                 checks.append((f"{label}: exporter faster than Python over HTTP", rs < py,
                                f"{rs:.3f} ms vs {py:.3f} ms"))
             log(f"   done ({time.time() - start:.0f} s so far)")
-        if not args.skip_writers:
+        if not args.skip_writers and not only_pod:
             results["writers"] = [measure_writers(tools, args, n, workdir) for n in args.writer_sizes]
-        if args.cardinality:
+        if args.cardinality and not only_pod:
             card = results["cardinality"] = measure_cardinality(tools, args.cardinality, workdir)
             checks.append((f"{card['series']} series: dump gives Python's bytes", card["equal"],
                            "; ".join(card["problems"])))
             checks.append((f"{card['series']} series: dump needs less memory than Python",
                            card["dump"]["peak_mib"] < card["python"]["peak_mib"],
                            f"{card['dump']['peak_mib']:.0f} MiB vs {card['python']['peak_mib']:.0f} MiB"))
+        if not args.no_polled_pod:
+            results["settings"]["polled_pod"] = {"writers": args.pod_writers, "seconds": args.pod_seconds}
+            results["polled_pod"] = measure_polled_pod(tools, args, workdir)
+            checks.extend(polled_pod_checks(results["polled_pod"], args.quick))
     finally:
         if not args.keep and not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -1143,7 +1681,7 @@ def main(argv):
     table = tables(results)
     print(table)
     if results.get("targets"):
-        print("### Targets (issues 4 and 16)\n")
+        print("### Targets (issues 4, 16 and 29)\n")
         for t in results["targets"]:
             print(f"- [{'met' if t['met'] else 'NOT met'}] {t['target']}: {t['detail']}")
         print()
@@ -1157,13 +1695,14 @@ def main(argv):
             m = results["machine"]
             f.write(f"Machine: {m['cpus']} x {m['cpu']}, {m['memory_mib']} MiB, Linux {m['kernel']}; "
                     f"Python {m['python']}, prometheus_client {m['prometheus_client']}; {m['rustc']}; "
-                    f"commit {m['commit']}{' (src modified)' if m['src_dirty'] else ''}; {m['date']}. "
-                    f"Memory read bandwidth {results['membw']['read_gb_s']:.1f} GB/s "
-                    f"(copy {results['membw']['copy_gb_s']:.1f} GB/s). Fixtures on {results['settings']['workdir_fs']}."
-                    f"\n\n")
+                    f"commit {m['commit']}{' (src modified)' if m['src_dirty'] else ''}; {m['date']}. ")
+            if results.get("membw"):
+                f.write(f"Memory read bandwidth {results['membw']['read_gb_s']:.1f} GB/s "
+                        f"(copy {results['membw']['copy_gb_s']:.1f} GB/s). ")
+            f.write(f"Fixtures on {results['settings']['workdir_fs']}.\n\n")
             f.write(table + "\n")
             if results.get("targets"):
-                f.write("### Targets (issues 4 and 16)\n\n")
+                f.write("### Targets (issues 4, 16 and 29)\n\n")
                 for t in results["targets"]:
                     f.write(f"- [{'met' if t['met'] else 'NOT met'}] {t['target']}: {t['detail']}\n")
         svg_plot(results, os.path.join(args.out, "scaling.svg"))
