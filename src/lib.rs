@@ -9,7 +9,8 @@
 //!  .db file bytes ─► source ─► records ─► merge ─► families ─► transform ─► expose ─► bytes
 //!                    (I/O)                (pure)               (pure)       (pure)
 //!
-//!  cli, server ─► pipeline ─► source, transform, expose ─► merge ─► format, model
+//!  cli ─► server ─► sink ─► pipeline ─► source ─► transform, expose ─► merge ─► format, model
+//!                      (sink and source also use http_client, the outgoing HTTP(S) connector)
 //! ```
 //!
 //! * [`format`](mod@format): the `.db` file format, both sides: a file's bytes → record
@@ -21,10 +22,12 @@
 //! * [`merge`]: records of many files → [`model::MetricFamily`] list, exactly
 //!   as prometheus_client's `MultiProcessCollector` merges them, planned once
 //!   and re-evaluated cheaply on every scrape (no I/O).
-//! * [`source`]: the I/O: lists directories, follows links by policy
-//!   ([`source::link_policy`]), reads files incrementally and through
-//!   long-lived maps (`source::mapped`, the crate's only `unsafe`), and reports
-//!   bad files with a stable reason instead of failing.
+//! * [`source`]: what a collection reads, the I/O: the metrics directory
+//!   (lists directories, follows links by policy ([`source::link_policy`]),
+//!   reads files incrementally and through long-lived maps (`source::mapped`,
+//!   the crate's only `unsafe`), and reports bad files with a stable reason
+//!   instead of failing) and the configuration's HTTP upstreams
+//!   (`source::upstream`).
 //! * [`transform`]: the YAML configuration, read raw then validated
 //!   ([`transform::config`]); filtering, renaming and constant labels; several
 //!   directories' families combined into one list ([`transform::combine`]).
@@ -37,7 +40,13 @@
 //! * [`pipeline`]: collect → transform → encode, the one path both `dump` and
 //!   `serve` take; a parent's subdirectories read as one pod each
 //!   ([`pipeline::subdirectories`]).
-//! * [`server`]: the HTTP sidecar (`multiproc-exporter serve`).
+//! * [`sink`]: where collections go besides a scrape's answer: push with
+//!   Prometheus remote write ([`sink::push`]).
+//! * [`http_client`]: the one outgoing HTTP(S) connector that upstreams and
+//!   push share.
+//! * [`server`]: the HTTP face (`multiproc-exporter serve`): router and
+//!   layers, scrape coalescing, the status page and API, web configuration,
+//!   telemetry.
 //! * [`cli`]: the command-line interface of the `multiproc-exporter` binary;
 //!   [`build_info`]: what the binary is (version, revision, build date).
 //! * `demo` (cargo feature `demo`, on by default): a vLLM-like simulator that
@@ -55,10 +64,12 @@ pub mod cli;
 pub mod demo;
 pub mod expose;
 pub mod format;
+pub mod http_client;
 pub mod insight;
 pub mod merge;
 pub mod model;
 pub mod pipeline;
 pub mod server;
+pub mod sink;
 pub mod source;
 pub mod transform;

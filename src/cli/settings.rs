@@ -13,8 +13,9 @@ use super::flags::{
     ConfigFlags, DirectoryFlags, LivenessArg, NegotiationArg, PushFlags, ServeFlags, WebFlags,
 };
 use crate::expose::negotiate::Negotiation;
-use crate::server::push::{Authorization, PushSettings};
 use crate::server::{ServeSettings, Settings, DEFAULT_LISTEN_ADDRESS};
+use crate::sink::push::PushSettings;
+use crate::sink::Authorization;
 use crate::source::budget::{default_budget, process_memory_limit};
 use crate::source::link_policy::LinkPolicy;
 use crate::source::writers::{LivenessMode, WriterPolicy};

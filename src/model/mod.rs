@@ -5,6 +5,7 @@
 //! type and samples in output order. Samples carry no timestamps or exemplars
 //! (multiprocess mode never produces them).
 
+pub(crate) mod family_list;
 pub mod float;
 pub mod names;
 

@@ -10,6 +10,7 @@ use crate::source::link_policy::LinkPolicy;
 use crate::source::writers::{Visibility, WriterPolicy, Writers};
 use crate::source::{
     release_free_heap, Input, MemoryBudget, Problem, ReadFile, Reader, SkipReason, SkipToken,
+    Skipped,
 };
 use crate::transform::combine::Conflict;
 use crate::transform::config::PerWriter as PerWriterConfig;
@@ -77,15 +78,10 @@ pub struct Collector {
     /// The share in the report of the files the reader skipped, for the set
     /// it was worked out for.
     skipped_share: Option<(SkipToken, SkippedShare)>,
-    /// The set of skipped files the plan cache can merge without
-    /// ([`PlanCache::merge_steady`]), and their problems.
-    steady: Option<(SkipToken, Vec<(usize, Problem)>)>,
     /// Compaction of dead writers' files, when the policy asks for it.
     compactor: Compactor,
-    /// Each writer merged on its own (`per_writer` in the configuration).
-    per_writer: Option<PerWriter>,
-    store: KeyStore,
-    plans: PlanCache,
+    /// The merge's caches.
+    merging: Merging,
     /// The key store's size right after it was last built from scratch.
     fresh_store_bytes: Option<usize>,
     /// Build the caches from scratch at the next collection.
@@ -96,6 +92,19 @@ pub struct Collector {
     trim: bool,
     /// The last merge, if it can stand for a later one with the same inputs.
     last_merge: Option<LastMerge>,
+}
+
+/// The merge stage's state, kept between collections.
+#[derive(Debug, Default)]
+struct Merging {
+    /// Every key, label set and pid seen (the reader interns into it).
+    store: KeyStore,
+    plans: PlanCache,
+    /// Each writer merged on its own (`per_writer` in the configuration).
+    per_writer: Option<PerWriter>,
+    /// The set of skipped files the plan cache can merge without
+    /// ([`PlanCache::merge_steady`]), and their problems.
+    steady: Option<(SkipToken, Vec<(usize, Problem)>)>,
 }
 
 /// What a merge was made of: equal inputs, equal merged families. The files
@@ -134,11 +143,8 @@ impl Default for Collector {
             writers: Writers::new(WriterPolicy::exact()),
             dead_before: Default::default(),
             skipped_share: None,
-            steady: None,
             compactor: Compactor::default(),
-            per_writer: None,
-            store: KeyStore::default(),
-            plans: PlanCache::default(),
+            merging: Merging::default(),
             fresh_store_bytes: None,
             rebuild: false,
             rebuilds: 0,
@@ -177,9 +183,9 @@ impl Collector {
     /// [`crate::pipeline::per_writer`]), or all of them together (`None`,
     /// prometheus_client's merge), from the next collection on.
     pub fn set_per_writer(&mut self, config: Option<&PerWriterConfig>) {
-        if self.per_writer.as_ref().map(PerWriter::config) != config {
-            self.per_writer = config.map(PerWriter::new);
-            self.steady = None;
+        if self.merging.per_writer.as_ref().map(PerWriter::config) != config {
+            self.merging.per_writer = config.map(PerWriter::new);
+            self.merging.steady = None;
         }
     }
 
@@ -201,7 +207,7 @@ impl Collector {
 
     /// Number of distinct record keys decoded so far.
     pub fn keys_decoded(&self) -> usize {
-        self.store.len()
+        self.merging.store.len()
     }
 
     /// See [`crate::source::Reader::recheck`].
@@ -230,53 +236,16 @@ impl Collector {
     /// Only without `per_writer` and without writers' `process_*` families
     /// (which change with time, not with the files).
     pub fn collect_since(&mut self, inputs: &[Input], held: Option<u64>) -> Collection {
-        if std::mem::take(&mut self.rebuild) {
-            self.store = KeyStore::new();
-            self.plans = PlanCache::new();
-            self.last_merge = None;
-            self.reader.forget_files();
-            self.fresh_store_bytes = None;
-            self.rebuilds += 1;
-            self.trim = true;
-        }
-        if std::mem::take(&mut self.trim) {
-            // What vanished writers left (their files' state, the last
-            // scrape's plan and body) is free now; without this the
-            // allocator's per-thread arenas keep it resident.
-            release_free_heap();
-        }
-        // A dead writer's pid that holds its file again: not final.
-        for pid in self.writers.revived() {
-            self.reader.thaw_writer(pid);
-        }
+        let mut compaction = self.prepare(inputs);
         let policy = self.writers.policy();
-        let mut compaction = CompactionReport::default();
-        if policy.compact_dead {
-            let dirs: Vec<&std::path::Path> = inputs
-                .iter()
-                .filter_map(|i| match i {
-                    Input::Directory(dir) => Some(dir.as_path()),
-                    Input::File(_) => None,
-                })
-                .collect();
-            self.compactor.before_reading(&dirs, &mut compaction);
-        }
-        let keys_before = self.store.len();
-        let read = self.reader.read(inputs, &mut self.store);
+        // Step 1: read.
+        let keys_before = self.merging.store.len();
+        let read = self.reader.read(inputs, &mut self.merging.store);
         let mut problems = read.problems;
-        // The skipped files (frozen, unchanged): their share is worked out
-        // once for each set of them.
         let token = read.skipped.token();
         let files_skipped = read.skipped.len();
-        let share = match (&token, &self.skipped_share) {
-            (None, _) => None,
-            (Some(token), Some((known, share))) if known == token => Some(share),
-            (Some(token), _) => {
-                let share = SkippedShare::new(policy, &read.skipped.files());
-                self.skipped_share = Some((token.clone(), share));
-                self.skipped_share.as_ref().map(|(_, share)| share)
-            }
-        };
+        let share = skipped_share(&mut self.skipped_share, policy, &token, &read.skipped);
+        // Step 2: which files take part, from their writers' states.
         let sorted = sort_out(&mut self.writers, &read.files, share, &mut problems);
         let mut writers = sorted.report;
         let compact = policy.compact_dead
@@ -285,163 +254,50 @@ impl Collector {
                 self.writers.visibility(),
                 Visibility::Confirmed | Visibility::Assumed
             );
-        let mut compactable: Vec<(usize, Candidate)> = Vec::new();
-        let mut kept: Vec<&ReadFile<'_>> = Vec::with_capacity(read.files.len());
-        let mut folded: Vec<bool> = Vec::new();
-        let mut kept_dead: Vec<bool> = Vec::new();
-        let mut freeze: Vec<(std::path::PathBuf, (u64, u64))> = Vec::new();
-        let mut thaw: Vec<std::path::PathBuf> = Vec::new();
-        let mut dead_now = rustc_hash::FxHashSet::default();
-        for ((file, keep), dead) in read.files.iter().zip(&sorted.keep).zip(&sorted.dead) {
-            // Device, inode and creation time: inode numbers are reused.
-            let key = (file.identity.0, file.identity.1, file.born.to_bits());
-            if *dead {
-                dead_now.insert(key);
-            } else if file.frozen {
-                // Its pid holds the file again: not final after all.
-                thaw.push(file.path.clone());
-            }
-            // Dead already at the last collection: the values loaded now
-            // were written before the process exited, and are final.
-            let final_values = *dead && (file.frozen || self.dead_before.contains(&key));
-            if compact && final_values {
-                compactable
-                    .extend(Candidate::of(&file.path, file.identity).map(|c| (file.position, c)));
-            }
-            let fold = policy.fold_dead && final_values;
-            if fold && !file.frozen {
-                freeze.push((file.path.clone(), file.identity));
-            }
-            if *keep {
-                kept.push(file);
-                folded.push(fold);
-                kept_dead.push(*dead);
-            }
-        }
+        let Taking {
+            kept,
+            freeze,
+            thaw,
+            mut compactable,
+            dead_now,
+        } = Taking::sort(
+            &read.files,
+            &sorted.keep,
+            &sorted.dead,
+            &self.dead_before,
+            policy,
+            compact,
+        );
         self.dead_before = dead_now;
-        let merge_inputs =
-            (self.per_writer.is_none() && writers.process_families.is_empty()).then(|| {
-                MergeInputs {
-                    skipped: token.clone(),
-                    files: kept
-                        .iter()
-                        .zip(&folded)
-                        .map(|(f, fold)| (f.position, f.merge.generation, f.values_version, *fold))
-                        .collect(),
-                }
-            });
+        // Step 3: what changed since the merge the caller holds.
+        let merge_inputs = (self.merging.per_writer.is_none()
+            && writers.process_families.is_empty())
+        .then(|| MergeInputs::of(&token, &kept));
         let reused = self
             .last_merge
             .as_ref()
             .filter(|last| held == Some(last.id) && merge_inputs.as_ref() == Some(&last.inputs));
-        let mut conflicts = Vec::new();
+        // Step 4: merge anew, or reuse the held merge.
         let merge_problems = problems.len();
-        let merged = if let Some(last) = reused {
-            problems.extend(last.problems.iter().cloned());
-            Merged {
-                files_merged: last.files_merged,
-                records: last.records,
-                ..Merged::default()
+        let (merged, conflicts) = match reused {
+            Some(last) => {
+                problems.extend(last.problems.iter().cloned());
+                let merged = Merged {
+                    files_merged: last.files_merged,
+                    records: last.records,
+                    ..Merged::default()
+                };
+                (merged, Vec::new())
             }
-        } else {
-            let steady = token.is_some()
-                && self.per_writer.is_none()
-                && self.steady.as_ref().map(|(t, _)| t) == token.as_ref();
-            let per_writer_merged = if let Some(per_writer) = &mut self.per_writer {
-                // Every file, the skipped ones in their places: each writer's
-                // plan cache keeps the work small. A dead writer's gauges are
-                // not its own series any more (Ray's agent forgets a worker's
-                // gauges once it stops reporting); its totals stay.
-                let skipped = read.skipped.files();
-                let keep = share.map_or(&[][..], |s| &s.keep[..]);
-                let mut all: Vec<&ReadFile<'_>> = kept
-                    .iter()
-                    .zip(&kept_dead)
-                    .filter(|(f, dead)| !(**dead && f.merge.name.is_gauge()))
-                    .map(|(f, _)| *f)
-                    .chain(
-                        skipped
-                            .iter()
-                            .zip(keep)
-                            .filter(|(f, keep)| **keep && !f.merge.name.is_gauge())
-                            .map(|(f, _)| f),
-                    )
-                    .collect();
-                all.sort_by_key(|f| f.position);
-                let names: Vec<std::borrow::Cow<'_, str>> = all
-                    .iter()
-                    .map(|f| f.path.file_name().unwrap_or_default().to_string_lossy())
-                    .collect();
-                let inputs: Vec<(&str, MergeInput<'_>)> = names
-                    .iter()
-                    .zip(&all)
-                    .map(|(name, f)| (&**name, f.merge))
-                    .collect();
-                let out = per_writer.merge(&mut self.store, &inputs);
-                for (i, error) in out.merged.excluded.iter() {
-                    problems.push(problem(all[*i], error.clone()));
-                }
-                self.steady = None;
-                conflicts = out.conflicts;
-                Some(out.merged)
-            } else {
-                None
-            };
-            let merged = if per_writer_merged.is_some() {
-                None
-            } else if steady {
-                let inputs: Vec<MergeInput<'_>> = kept.iter().map(|f| f.merge).collect();
-                self.plans.merge_steady(&inputs)
-            } else {
-                None
-            };
-            let merged = match (per_writer_merged, merged) {
-                (Some(merged), _) => merged,
-                (None, Some(merged)) => {
-                    for (i, error) in merged.excluded.iter() {
-                        problems.push(problem(kept[*i], error.clone()));
-                    }
-                    if let Some((_, skipped_problems)) = &self.steady {
-                        problems.extend(skipped_problems.iter().cloned());
-                    }
-                    merged
-                }
-                (None, None) => {
-                    // Every file, the skipped ones in their places.
-                    let skipped = read.skipped.files();
-                    let keep = share.map_or(&[][..], |s| &s.keep[..]);
-                    let mut all: Vec<(&ReadFile<'_>, bool, bool)> =
-                        Vec::with_capacity(kept.len() + skipped.len());
-                    let mut visited = kept.iter().zip(&folded).peekable();
-                    for (file, _) in skipped.iter().zip(keep).filter(|(_, keep)| **keep) {
-                        while let Some((read_file, fold)) =
-                            visited.next_if(|(f, _)| f.position < file.position)
-                        {
-                            all.push((read_file, *fold, false));
-                        }
-                        all.push((file, true, true));
-                    }
-                    all.extend(visited.map(|(f, fold)| (*f, *fold, false)));
-                    let inputs: Vec<MergeInput<'_>> = all.iter().map(|(f, _, _)| f.merge).collect();
-                    let frozen: Vec<bool> = all.iter().map(|(_, fold, _)| *fold).collect();
-                    let is_skipped: Vec<bool> = all.iter().map(|(_, _, s)| *s).collect();
-                    let merged =
-                        self.plans
-                            .merge_folding(&mut self.store, &inputs, &frozen, &is_skipped);
-                    let mut skipped_problems = Vec::new();
-                    for (i, error) in merged.excluded.iter() {
-                        let (file, _, skipped) = all[*i];
-                        let problem = problem(file, error.clone());
-                        if skipped {
-                            skipped_problems.push(problem.clone());
-                        }
-                        problems.push(problem);
-                    }
-                    self.steady = token.map(|token| (token, skipped_problems));
-                    merged
-                }
-            };
-            merged
+            None => {
+                let round = Round {
+                    kept: &kept,
+                    skipped: &read.skipped,
+                    share,
+                    token: &token,
+                };
+                self.merging.merge(&round, &mut problems)
+            }
         };
         let unchanged = reused.is_some();
         let merged_id = match reused {
@@ -458,7 +314,6 @@ impl Collector {
                 id
             }
         };
-        let merged_replanned = merged.replanned;
         problems.sort_by_key(|(position, _)| *position);
         if compact {
             // The skipped files are frozen: dead at two collections at least.
@@ -468,6 +323,89 @@ impl Collector {
             compactable.sort_by_key(|(position, _)| *position);
         }
         let read_stats = read.stats;
+        // Step 5: what the next collection starts from.
+        self.settle(freeze, thaw, compactable, &mut compaction);
+        writers.compaction = compaction;
+        self.trim = read_stats.files_forgotten > 0 || merged.replanned;
+        let stats = CollectStats {
+            directories_present: read_stats.directories_present,
+            directories_missing: read_stats.directories_missing,
+            directories_unreadable: read_stats.directories_unreadable,
+            files_listed: read_stats.files_listed,
+            files_merged: merged.files_merged,
+            files_skipped,
+            records: merged.records,
+            bytes_read: read_stats.bytes_read,
+            keys_decoded: self.merging.store.len() - keys_before,
+            replanned: merged.replanned,
+        };
+        let families = self
+            .merging
+            .with_process_families(merged.families, &writers);
+        Collection {
+            families,
+            problems: problems.into_iter().map(|(_, p)| p).collect(),
+            stats,
+            writers,
+            conflicts,
+            ray_logs_unreadable: self
+                .merging
+                .per_writer
+                .as_ref()
+                .and_then(PerWriter::ray_logs_error)
+                .map(|(path, error)| (path.to_path_buf(), error.to_owned())),
+            merged_id,
+            unchanged,
+        }
+    }
+
+    /// Before reading: rebuilds the caches when asked, gives freed heap
+    /// back, thaws revived writers' files, and finishes or undoes an
+    /// interrupted compaction.
+    fn prepare(&mut self, inputs: &[Input]) -> CompactionReport {
+        if std::mem::take(&mut self.rebuild) {
+            self.merging.store = KeyStore::new();
+            self.merging.plans = PlanCache::new();
+            self.last_merge = None;
+            self.reader.forget_files();
+            self.fresh_store_bytes = None;
+            self.rebuilds += 1;
+            self.trim = true;
+        }
+        if std::mem::take(&mut self.trim) {
+            // What vanished writers left (their files' state, the last
+            // scrape's plan and body) is free now; without this the
+            // allocator's per-thread arenas keep it resident.
+            release_free_heap();
+        }
+        // A dead writer's pid that holds its file again: not final.
+        for pid in self.writers.revived() {
+            self.reader.thaw_writer(pid);
+        }
+        let mut compaction = CompactionReport::default();
+        if self.writers.policy().compact_dead {
+            let dirs: Vec<&std::path::Path> = inputs
+                .iter()
+                .filter_map(|i| match i {
+                    Input::Directory(dir) => Some(dir.as_path()),
+                    Input::File(_) => None,
+                })
+                .collect();
+            self.compactor.before_reading(&dirs, &mut compaction);
+        }
+        compaction
+    }
+
+    /// After merging: freezes the files whose values are final, rechecks
+    /// those whose writer is back, compacts, and decides whether the caches
+    /// are rebuilt next time.
+    fn settle(
+        &mut self,
+        freeze: Vec<(std::path::PathBuf, (u64, u64))>,
+        thaw: Vec<std::path::PathBuf>,
+        compactable: Vec<(usize, Candidate)>,
+        compaction: &mut CompactionReport,
+    ) {
         // Dead writers' files cannot change: not loaded again.
         for (path, identity) in freeze {
             self.reader.freeze(&path, identity);
@@ -475,7 +413,7 @@ impl Collector {
         for path in thaw {
             self.reader.recheck(&path);
         }
-        if compact && !compactable.is_empty() {
+        if !compactable.is_empty() {
             // Never a file whose pid a running process has now (it might be
             // about to open it again).
             let candidates: Vec<Candidate> = compactable
@@ -489,30 +427,263 @@ impl Collector {
                         .is_none_or(|pid| !self.writers.pid_in_use(pid))
                 })
                 .collect();
-            self.compactor.round(&candidates, &mut compaction);
+            self.compactor.round(&candidates, compaction);
         }
-        writers.compaction = compaction;
-        self.trim = read_stats.files_forgotten > 0 || merged_replanned;
-        let store_bytes = self.store.approx_bytes();
+        let store_bytes = self.merging.store.approx_bytes();
         match self.fresh_store_bytes {
             None => self.fresh_store_bytes = Some(store_bytes),
             Some(fresh) => {
                 self.rebuild = store_bytes > fresh + fresh / 2 + REBUILD_SLACK_BYTES;
             }
         }
-        let stats = CollectStats {
-            directories_present: read_stats.directories_present,
-            directories_missing: read_stats.directories_missing,
-            directories_unreadable: read_stats.directories_unreadable,
-            files_listed: read_stats.files_listed,
-            files_merged: merged.files_merged,
-            files_skipped,
-            records: merged.records,
-            bytes_read: read_stats.bytes_read,
-            keys_decoded: self.store.len() - keys_before,
-            replanned: merged.replanned,
+    }
+}
+
+/// The share in the report of the files the reader skipped: worked out once
+/// for each set of them (`token`), kept in `known`.
+fn skipped_share<'k>(
+    known: &'k mut Option<(SkipToken, SkippedShare)>,
+    policy: WriterPolicy,
+    token: &Option<SkipToken>,
+    skipped: &Skipped<'_>,
+) -> Option<&'k SkippedShare> {
+    let token = token.as_ref()?;
+    if known.as_ref().is_none_or(|(t, _)| t != token) {
+        *known = Some((token.clone(), SkippedShare::new(policy, &skipped.files())));
+    }
+    known.as_ref().map(|(_, share)| share)
+}
+
+/// The files a collection merges, and what their writers' states ask of the
+/// reader and the compactor afterwards.
+struct Taking<'r, 'f> {
+    /// The files merged, in listing order.
+    kept: Vec<Kept<'r, 'f>>,
+    /// Files whose values are final now, to freeze.
+    freeze: Vec<(std::path::PathBuf, (u64, u64))>,
+    /// Frozen files whose writer holds them again.
+    thaw: Vec<std::path::PathBuf>,
+    /// Files a compaction round may fold into an archive.
+    compactable: Vec<(usize, Candidate)>,
+    /// Every file whose writer is dead now (device, inode, creation time).
+    dead_now: rustc_hash::FxHashSet<(u64, u64, u64)>,
+}
+
+/// A file merged: whether its values are final and folded, and whether its
+/// writer is dead.
+#[derive(Clone, Copy)]
+struct Kept<'r, 'f> {
+    file: &'r ReadFile<'f>,
+    fold: bool,
+    dead: bool,
+}
+
+impl<'r, 'f> Taking<'r, 'f> {
+    /// Sorts `files` by what their writers' states (`keep`, `dead`) and the
+    /// last collection's dead set make of them.
+    fn sort(
+        files: &'r [ReadFile<'f>],
+        keep: &[bool],
+        dead: &[bool],
+        dead_before: &rustc_hash::FxHashSet<(u64, u64, u64)>,
+        policy: WriterPolicy,
+        compact: bool,
+    ) -> Self {
+        let mut taking = Self {
+            kept: Vec::with_capacity(files.len()),
+            freeze: Vec::new(),
+            thaw: Vec::new(),
+            compactable: Vec::new(),
+            dead_now: Default::default(),
         };
-        let mut families = merged.families;
+        for ((file, keep), dead) in files.iter().zip(keep).zip(dead) {
+            // Device, inode and creation time: inode numbers are reused.
+            let key = (file.identity.0, file.identity.1, file.born.to_bits());
+            if *dead {
+                taking.dead_now.insert(key);
+            } else if file.frozen {
+                // Its pid holds the file again: not final after all.
+                taking.thaw.push(file.path.clone());
+            }
+            // Dead already at the last collection: the values loaded now
+            // were written before the process exited, and are final.
+            let final_values = *dead && (file.frozen || dead_before.contains(&key));
+            if compact && final_values {
+                taking
+                    .compactable
+                    .extend(Candidate::of(&file.path, file.identity).map(|c| (file.position, c)));
+            }
+            let fold = policy.fold_dead && final_values;
+            if fold && !file.frozen {
+                taking.freeze.push((file.path.clone(), file.identity));
+            }
+            if *keep {
+                taking.kept.push(Kept {
+                    file,
+                    fold,
+                    dead: *dead,
+                });
+            }
+        }
+        taking
+    }
+}
+
+impl MergeInputs {
+    /// What a merge of `kept` with the skipped files of `token` is made of.
+    fn of(token: &Option<SkipToken>, kept: &[Kept<'_, '_>]) -> Self {
+        Self {
+            skipped: token.clone(),
+            files: kept
+                .iter()
+                .map(|k| {
+                    let f = k.file;
+                    (f.position, f.merge.generation, f.values_version, k.fold)
+                })
+                .collect(),
+        }
+    }
+}
+
+/// What one merge takes: the files read and kept, and the files the reader
+/// skipped (those `share` keeps take part), named by `token`.
+struct Round<'a, 'r, 'f> {
+    kept: &'a [Kept<'r, 'f>],
+    skipped: &'a Skipped<'f>,
+    share: Option<&'a SkippedShare>,
+    token: &'a Option<SkipToken>,
+}
+
+impl Round<'_, '_, '_> {
+    /// Which of the skipped files take part (one flag each).
+    fn skipped_kept(&self) -> &[bool] {
+        self.share.map_or(&[][..], |s| &s.keep[..])
+    }
+}
+
+impl Merging {
+    /// Merges the `round`'s files anew: each writer on its own with
+    /// `per_writer`, else only the files read when the skipped set is the
+    /// steady one, else all of them in listing order. The files the merge
+    /// leaves out join `problems`.
+    fn merge(
+        &mut self,
+        round: &Round<'_, '_, '_>,
+        problems: &mut Vec<(usize, Problem)>,
+    ) -> (Merged, Vec<Conflict>) {
+        let (kept, token) = (round.kept, round.token);
+        if self.per_writer.is_some() {
+            self.steady = None;
+            return self.merge_per_writer(round, problems);
+        }
+        let steady = token.is_some() && self.steady.as_ref().map(|(t, _)| t) == token.as_ref();
+        if steady {
+            let inputs: Vec<MergeInput<'_>> = kept.iter().map(|k| k.file.merge).collect();
+            if let Some(merged) = self.plans.merge_steady(&inputs) {
+                for (i, error) in merged.excluded.iter() {
+                    problems.push(problem(kept[*i].file, error.clone()));
+                }
+                if let Some((_, skipped_problems)) = &self.steady {
+                    problems.extend(skipped_problems.iter().cloned());
+                }
+                return (merged, Vec::new());
+            }
+        }
+        (self.merge_all(round, problems), Vec::new())
+    }
+
+    /// Every file, the skipped ones in their places, merged together as
+    /// prometheus_client merges them; remembers the skipped files' problems
+    /// for the steady merges that follow.
+    fn merge_all(
+        &mut self,
+        round: &Round<'_, '_, '_>,
+        problems: &mut Vec<(usize, Problem)>,
+    ) -> Merged {
+        let kept = round.kept;
+        let skipped = round.skipped.files();
+        let keep = round.skipped_kept();
+        let mut all: Vec<(&ReadFile<'_>, bool, bool)> =
+            Vec::with_capacity(kept.len() + skipped.len());
+        let mut visited = kept.iter().peekable();
+        for (file, _) in skipped.iter().zip(keep).filter(|(_, keep)| **keep) {
+            while let Some(k) = visited.next_if(|k| k.file.position < file.position) {
+                all.push((k.file, k.fold, false));
+            }
+            all.push((file, true, true));
+        }
+        all.extend(visited.map(|k| (k.file, k.fold, false)));
+        let inputs: Vec<MergeInput<'_>> = all.iter().map(|(f, _, _)| f.merge).collect();
+        let frozen: Vec<bool> = all.iter().map(|(_, fold, _)| *fold).collect();
+        let is_skipped: Vec<bool> = all.iter().map(|(_, _, s)| *s).collect();
+        let merged = self
+            .plans
+            .merge_folding(&mut self.store, &inputs, &frozen, &is_skipped);
+        let mut skipped_problems = Vec::new();
+        for (i, error) in merged.excluded.iter() {
+            let (file, _, skipped) = all[*i];
+            let problem = problem(file, error.clone());
+            if skipped {
+                skipped_problems.push(problem.clone());
+            }
+            problems.push(problem);
+        }
+        self.steady = round.token.clone().map(|token| (token, skipped_problems));
+        merged
+    }
+
+    /// Every file, the skipped ones in their places, each writer merged on
+    /// its own (`per_writer`): each writer's plan cache keeps the work
+    /// small. A dead writer's gauges are not its own series any more (Ray's
+    /// agent forgets a worker's gauges once it stops reporting); its totals
+    /// stay.
+    fn merge_per_writer(
+        &mut self,
+        round: &Round<'_, '_, '_>,
+        problems: &mut Vec<(usize, Problem)>,
+    ) -> (Merged, Vec<Conflict>) {
+        let Some(per_writer) = &mut self.per_writer else {
+            return (Merged::default(), Vec::new());
+        };
+        let skipped = round.skipped.files();
+        let keep = round.skipped_kept();
+        let mut all: Vec<&ReadFile<'_>> = round
+            .kept
+            .iter()
+            .filter(|k| !(k.dead && k.file.merge.name.is_gauge()))
+            .map(|k| k.file)
+            .chain(
+                skipped
+                    .iter()
+                    .zip(keep)
+                    .filter(|(f, keep)| **keep && !f.merge.name.is_gauge())
+                    .map(|(f, _)| f),
+            )
+            .collect();
+        all.sort_by_key(|f| f.position);
+        let names: Vec<std::borrow::Cow<'_, str>> = all
+            .iter()
+            .map(|f| f.path.file_name().unwrap_or_default().to_string_lossy())
+            .collect();
+        let inputs: Vec<(&str, MergeInput<'_>)> = names
+            .iter()
+            .zip(&all)
+            .map(|(name, f)| (&**name, f.merge))
+            .collect();
+        let out = per_writer.merge(&mut self.store, &inputs);
+        for (i, error) in out.merged.excluded.iter() {
+            problems.push(problem(all[*i], error.clone()));
+        }
+        (out.merged, out.conflicts)
+    }
+
+    /// The merged `families`, then the writers' `process_*` families whose
+    /// names the directory does not take.
+    fn with_process_families(
+        &mut self,
+        mut families: Vec<MetricFamily>,
+        writers: &WriterReport,
+    ) -> Vec<MetricFamily> {
         for family in &writers.process_families {
             // A family of the directory's own comes first.
             if !families.iter().any(|f| f.name == family.name) {
@@ -522,20 +693,7 @@ impl Collector {
                 });
             }
         }
-        Collection {
-            families,
-            problems: problems.into_iter().map(|(_, p)| p).collect(),
-            stats,
-            writers,
-            conflicts,
-            ray_logs_unreadable: self
-                .per_writer
-                .as_ref()
-                .and_then(PerWriter::ray_logs_error)
-                .map(|(path, error)| (path.to_path_buf(), error.to_owned())),
-            merged_id,
-            unchanged,
-        }
+        families
     }
 }
 

@@ -11,8 +11,9 @@
 //!   scrapes finish). Scrapes go through [`crate::pipeline`] (`scrape`, which
 //!   coalesces concurrent ones); the HTTP plumbing is `http`, the web
 //!   configuration `web_config`, the exporter's own telemetry `telemetry`.
-//! * [`push`]: with `--push.remote-write-url`, the served metrics are also
-//!   pushed with Prometheus remote write on an interval.
+//! * With `--push.remote-write-url`, the served metrics are also pushed with
+//!   Prometheus remote write on an interval ([`crate::sink::push`], fed by
+//!   the server's shared state as a `sink::Feed`).
 //!
 //! The server starts serving at once, even when no metrics directory exists
 //! yet (vLLM creates its files only after engine start-up): scrapes then
@@ -21,11 +22,9 @@
 
 mod api;
 mod http;
-pub mod push;
 mod scrape;
 mod status_page;
 mod telemetry;
-mod upstream;
 
 use crate::server::telemetry::operational::ConfigReload;
 use http::{limits, listen};
@@ -87,12 +86,12 @@ pub(crate) struct Shared {
     config: RwLock<Arc<Config>>,
     config_seen: Mutex<Option<Seen>>,
     scraper: scrape::Scraper,
-    self_metrics: self_metrics::SelfMetrics,
+    pub(crate) self_metrics: self_metrics::SelfMetrics,
 }
 
 /// Cheaply clonable handle to the server state (the axum state).
 #[derive(Debug, Clone)]
-pub struct AppState(Arc<Shared>);
+pub struct AppState(pub(crate) Arc<Shared>);
 
 /// Settings of an [`AppState`], already validated.
 #[derive(Debug, Clone)]
@@ -450,7 +449,7 @@ pub struct ServeSettings {
     /// Time from a request's headers to the last byte of its response.
     pub write_timeout: Option<Duration>,
     /// Pushing with remote write (`--push.*`), if on.
-    pub push: Option<push::PushSettings>,
+    pub push: Option<crate::sink::push::PushSettings>,
 }
 
 /// Runs the server until SIGTERM or SIGINT; the process exit code. Logging
@@ -555,7 +554,7 @@ pub async fn serve(settings: ServeSettings) -> ExitCode {
     let pusher = match push_settings {
         None => None,
         Some(push_settings) => {
-            match push::start(state.0.clone(), push_settings, shutdown_rx.clone()) {
+            match crate::sink::push::start(state.0.clone(), push_settings, shutdown_rx.clone()) {
                 Ok(pusher) => Some(pusher),
                 Err(e) => {
                     tracing::error!("Cannot push: {e}.");
@@ -646,6 +645,19 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received."),
         _ = terminate => tracing::info!("SIGTERM received."),
+    }
+}
+
+/// The server feeds the sinks (push) with its collections.
+impl crate::sink::Feed for Shared {
+    fn collect_now(
+        &self,
+    ) -> impl std::ops::Deref<Target = [crate::model::MetricFamily]> + Send + 'static {
+        scrape::ServedFamilies(Shared::collect_now(self))
+    }
+
+    fn push_metrics(&self) -> &crate::sink::metrics::PushMetrics {
+        &self.self_metrics.push
     }
 }
 

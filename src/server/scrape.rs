@@ -23,7 +23,7 @@
 //! families are always merged anew.
 //!
 //! The configuration's upstreams are fetched while the directory is read
-//! and merged after it ([`crate::server::upstream`]); being part of the
+//! and merged after it ([`crate::source::upstream`]); being part of the
 //! collection, their fetches are shared by coalesced scrapes too.
 //!
 //! Nothing here fails a scrape: a bad file is left out, logged once when it
@@ -50,8 +50,8 @@ use crate::pipeline::{self, Gathered, Source};
 use crate::server::api::{unix_now, Insight, LastCollection};
 use crate::server::telemetry::events::Reporter;
 use crate::server::telemetry::self_metrics::{self, SelfMetrics};
-use crate::server::upstream::Upstreams;
 use crate::source::link_policy::LinkPolicy;
+use crate::source::upstream::Upstreams;
 use crate::source::writers::WriterPolicy;
 use crate::source::Input;
 use crate::source::MemoryBudget;
@@ -119,6 +119,17 @@ pub(crate) struct Served {
     /// How many of them come from the metric files (the rest are the
     /// exporter's own, which change with every scrape).
     pub(crate) merged: usize,
+}
+
+/// A collection's families, as a sink takes them ([`crate::sink::Feed`]).
+pub(crate) struct ServedFamilies(pub(crate) Arc<Served>);
+
+impl std::ops::Deref for ServedFamilies {
+    type Target = [MetricFamily];
+
+    fn deref(&self) -> &[MetricFamily] {
+        &self.0.families
+    }
 }
 
 /// Scrapes faster than this run on the async worker ([`Scraper::is_quick`]).

@@ -27,6 +27,7 @@ mod mapped;
 pub mod ray_workers;
 mod reader;
 mod skip;
+pub(crate) mod upstream;
 pub mod writers;
 
 use std::path::{Path, PathBuf};

@@ -9,14 +9,10 @@ use std::sync::Arc;
 
 use crate::pipeline::lifecycle::WriterReport;
 use crate::pipeline::{Event, Gathered};
-use crate::server::telemetry::self_metrics::SelfMetrics;
+use crate::server::telemetry::self_metrics::{SelfMetrics, DUPLICATE_NAME};
 use crate::source::writers::Visibility;
 use crate::source::{Problem, SkipReason};
 use crate::transform::Collision;
-
-/// `reason` label of a subdirectory left out because an earlier directory has
-/// one of the same name.
-pub(crate) const DUPLICATE_NAME: &str = "duplicate_name";
 
 /// A subdirectory conflict as last logged: (family or path, subdirectory,
 /// reason label).

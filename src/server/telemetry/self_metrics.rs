@@ -3,7 +3,7 @@
 //! Their values live in `prometheus-client`'s thread-safe metric types
 //! (counters, gauges, labelled families), updated as things happen. At a
 //! scrape, [`SelfMetrics::families`] reads them straight into this crate's
-//! [`MetricFamily`] model ([`super::families::FamilyList`]; nothing is
+//! [`MetricFamily`] model ([`crate::model::family_list::FamilyList`]; nothing is
 //! encoded and parsed back), and the server encodes the merged families and
 //! these together with [`crate::expose::encode`]: the self-metrics are
 //! written in whichever format and escaping was negotiated (text 0.0.4, text
@@ -25,11 +25,11 @@ use crate::model::{Labels, MetricFamily, MetricType};
 use crate::pipeline::CollectStats;
 use crate::source::{Problem, SkipReason};
 
+use crate::model::family_list::FamilyList;
 use crate::pipeline::lifecycle::WriterReport;
-use crate::server::telemetry::families::FamilyList;
-use crate::server::telemetry::push_metrics::PushMetrics;
 use crate::server::telemetry::web_metrics::WebMetrics;
 use crate::server::telemetry::writer_metrics::WriterMetrics;
+use crate::sink::metrics::PushMetrics;
 use crate::source::writers::procfs::{ProcessStats, PROC};
 
 /// Label set of the labelled self-metrics: one `(name, value)` pair.
@@ -73,13 +73,13 @@ fn skip_reasons() -> impl Iterator<Item = &'static str> {
     SkipReason::FILE_LABELS.iter().copied().chain(["panic"])
 }
 
+/// `reason` label of a subdirectory left out because an earlier directory has
+/// one of the same name.
+pub(crate) const DUPLICATE_NAME: &str = "duplicate_name";
+
 /// Every `reason` label value of
 /// `multiproc_exporter_scrape_subdirectory_conflicts`.
-const SUBDIRECTORY_CONFLICT_REASONS: &[&str] = &[
-    "type_mismatch",
-    "help_mismatch",
-    crate::server::telemetry::events::DUPLICATE_NAME,
-];
+const SUBDIRECTORY_CONFLICT_REASONS: &[&str] = &["type_mismatch", "help_mismatch", DUPLICATE_NAME];
 
 impl SelfMetrics {
     /// Every self-metric at its initial value; `process_*` only when

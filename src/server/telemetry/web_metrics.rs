@@ -9,7 +9,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 
-use super::families::FamilyList;
+use crate::model::family_list::FamilyList;
 use crate::model::MetricType;
 
 /// The `result` label values of the reload counters.

@@ -5,8 +5,8 @@
 
 use std::sync::Mutex;
 
-use super::families::FamilyList;
 use crate::format::file_name::GaugeMode;
+use crate::model::family_list::FamilyList;
 use crate::model::MetricType;
 use crate::pipeline::lifecycle::WriterReport;
 use crate::source::writers::{Visibility, WriterState};

@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use super::families::FamilyList;
+use crate::model::family_list::FamilyList;
 use crate::model::MetricType;
 
 /// Why a request failed (the `reason` label of

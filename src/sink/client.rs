@@ -15,8 +15,8 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
-use crate::server::http::client::{connector, error_chain, Trust};
-use crate::server::telemetry::push_metrics::FailureReason;
+use crate::http_client::{connector, error_chain, Trust};
+use crate::sink::metrics::FailureReason;
 
 /// How requests authenticate, as Prometheus's `remote_write` does it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,7 +1,8 @@
-//! The self-metrics as [`MetricFamily`] values, built straight from their
-//! current values ([`FamilyList`]): no text is encoded and parsed back, and
-//! the families are then encoded with the merged ones by
-//! [`crate::expose::encode`], in whichever format was negotiated.
+//! Families built straight from current values ([`FamilyList`]), as the
+//! exporter's own metrics are (the server's self-metrics, pushing's,
+//! the upstreams'): no text is encoded and parsed back, and the families are
+//! then encoded with the merged ones by [`crate::expose::encode`], in
+//! whichever format was negotiated.
 
 use std::sync::Arc;
 

@@ -18,7 +18,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-use crate::server::http::client::{connector, error_chain, Trust};
+use crate::http_client::{connector, error_chain, Trust};
 use crate::transform::config::Upstream;
 
 /// A client (pooled keep-alive connections), for `http://` and `https://`.

@@ -1,6 +1,6 @@
 //! The outgoing side: one way to make the HTTP(S) connector that fetches
-//! upstreams ([`crate::server::upstream`]) and pushes with remote write
-//! ([`crate::server::push`]): rustls with *ring*, HTTP/1, `http://` or
+//! upstreams (`crate::source::upstream`) and pushes with remote write
+//! ([`crate::sink::push`]): rustls with *ring*, HTTP/1, `http://` or
 //! `https://`, trusting Mozilla's roots (webpki-roots: the image has no
 //! certificate store) and/or the certificates of a PEM file.
 

@@ -21,9 +21,7 @@
 //! `--push.flush-deadline` to empty the queue (retrying at once rather than
 //! after its backoff); what is left is counted as dropped (`shutdown`).
 
-mod client;
-
-pub use client::Authorization;
+use super::client::{self, Authorization};
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -34,10 +32,9 @@ use axum::body::Bytes;
 use axum::http::Uri;
 use tokio::sync::{watch, Notify};
 
+use super::metrics::{DropReason, FailureReason};
+use super::{unix_now, Feed};
 use crate::expose::remote_write;
-use crate::server::api::unix_now;
-use crate::server::telemetry::push_metrics::{DropReason, FailureReason};
-use crate::server::Shared;
 
 /// The first backoff after a failure; it doubles up to the maximum.
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
@@ -100,8 +97,8 @@ impl Queue {
 
 /// Checks the settings that need I/O (the CA file) and returns the task that
 /// pushes until `shutdown` turns true, then flushes.
-pub(crate) fn start(
-    shared: Arc<Shared>,
+pub(crate) fn start<F: Feed>(
+    feed: Arc<F>,
     settings: PushSettings,
     shutdown: watch::Receiver<bool>,
 ) -> Result<tokio::task::JoinHandle<()>, String> {
@@ -111,16 +108,16 @@ pub(crate) fn start(
         settings.ca_file.as_deref(),
         settings.timeout,
     )?;
-    Ok(tokio::spawn(run(shared, settings, client, shutdown)))
+    Ok(tokio::spawn(run(feed, settings, client, shutdown)))
 }
 
-async fn run(
-    shared: Arc<Shared>,
+async fn run<F: Feed>(
+    feed: Arc<F>,
     settings: PushSettings,
     client: client::Client,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let metrics = &shared.self_metrics.push;
+    let metrics = feed.push_metrics();
     metrics.enable(settings.queue_capacity);
     tracing::info!(
         url = %settings.url,
@@ -135,7 +132,7 @@ async fn run(
         hurry: Notify::new(),
     });
     let sender = tokio::spawn(send(
-        shared.clone(),
+        feed.clone(),
         queue.clone(),
         client,
         settings.max_backoff,
@@ -143,7 +140,7 @@ async fn run(
     let mut ticker = tokio::time::interval(settings.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut collector = Collector {
-        shared: shared.clone(),
+        feed: feed.clone(),
         labels: Arc::new(settings.labels.clone()),
         seq: 0,
         last_timestamp: 0,
@@ -179,26 +176,26 @@ async fn run(
 }
 
 /// Makes the batches.
-struct Collector {
-    shared: Arc<Shared>,
+struct Collector<F> {
+    feed: Arc<F>,
     labels: Arc<Vec<(String, String)>>,
     seq: u64,
     last_timestamp: i64,
 }
 
-impl Collector {
+impl<F: Feed> Collector<F> {
     /// Collects now (on the blocking pool) and queues the encoded request,
     /// dropping the oldest when the queue is full.
     async fn collect_into(&mut self, queue: &Queue) {
-        let shared = self.shared.clone();
+        let feed = self.feed.clone();
         let labels = self.labels.clone();
         let last = self.last_timestamp;
         let made = tokio::task::spawn_blocking(move || {
-            let served = shared.collect_now();
+            let served = feed.collect_now();
             // Milliseconds, strictly increasing (a clock stepping back
             // would make Prometheus reject the request).
             let timestamp = ((unix_now() * 1000.0) as i64).max(last + 1);
-            let request = remote_write::write_request(&served.families, timestamp, &labels);
+            let request = remote_write::write_request(&served, timestamp, &labels);
             let samples = request.timeseries.len();
             (timestamp, samples, remote_write::encode(&request))
         })
@@ -212,7 +209,7 @@ impl Collector {
         };
         self.last_timestamp = timestamp;
         self.seq += 1;
-        let metrics = &self.shared.self_metrics.push;
+        let metrics = self.feed.push_metrics();
         let mut items = queue.lock();
         items.batches.push_back(Batch {
             seq: self.seq,
@@ -238,13 +235,13 @@ impl Collector {
 }
 
 /// Sends the queue's batches oldest first, forever (aborted at shutdown).
-async fn send(
-    shared: Arc<Shared>,
+async fn send<F: Feed>(
+    feed: Arc<F>,
     queue: Arc<Queue>,
     client: client::Client,
     max_backoff: Duration,
 ) {
-    let metrics = &shared.self_metrics.push;
+    let metrics = feed.push_metrics();
     let mut backoff = MIN_BACKOFF;
     let mut failing: Option<FailureReason> = None;
     loop {
@@ -303,7 +300,7 @@ async fn send(
 mod tests {
     use super::*;
     use crate::expose::negotiate::Negotiation;
-    use crate::server::{AppState, Settings};
+    use crate::server::{AppState, Settings, Shared};
     use crate::source::link_policy::LinkPolicy;
     use crate::source::writers::WriterPolicy;
     use crate::transform::config::Config;
