@@ -19,6 +19,7 @@ mod memory;
 
 // The layout of the code itself.
 mod architecture;
+mod discover;
 mod least_privilege;
 mod live_writers;
 mod reader;
