@@ -5,7 +5,7 @@
 //! A scrape of a quiet directory, or of a large one where only some families
 //! moved, then costs a comparison per family and a copy, instead of
 //! formatting every float again. The bytes are exactly those of
-//! [`encode`]: each family's text depends only on the family (and the format
+//! [`super::encode::encode`]: each family's text depends only on the family (and the format
 //! and escaping, fixed per memo), and the memo keeps the family it encoded
 //! and compares everything the encoder reads: name, help, type, and every
 //! sample's name, labels and value bits (so `-0.0` is not `0.0`). Names and
@@ -30,7 +30,7 @@ use std::sync::Arc;
 use flate2::{Compress, Compression, FlushCompress, Status};
 use rustc_hash::FxHashMap;
 
-use super::encode::{encode, encode_end, encode_family, Escaping, Format};
+use super::encode::{encode_end, encode_family, Escaping, Format};
 use crate::model::MetricFamily;
 
 /// The memo of one format and escaping.
@@ -56,6 +56,9 @@ pub struct EncodeMemo {
     prefix_names: Vec<Arc<str>>,
     /// Changes whenever the prefix's bytes may have.
     prefix_version: u64,
+    /// The families of the last [`EncodeMemo::encode_shared`] prefix, their
+    /// text and its version.
+    prefix_text: Option<SharedPrefix>,
 }
 
 #[derive(Debug)]
@@ -64,6 +67,10 @@ struct Entry {
     text: Box<str>,
     round: u64,
 }
+
+/// The families of a shared prefix ([`EncodeMemo::encode_shared`]), their
+/// text and its version.
+type SharedPrefix = (Arc<Vec<MetricFamily>>, Box<[u8]>, u64);
 
 /// The compressed prefix of the last gzipped body.
 #[derive(Debug)]
@@ -122,6 +129,7 @@ impl EncodeMemo {
             compressor: None,
             prefix_names: Vec::new(),
             prefix_version: 0,
+            prefix_text: None,
         }
     }
 
@@ -132,25 +140,100 @@ impl EncodeMemo {
 
     /// Bytes of text and compressed prefix held.
     pub fn held_bytes(&self) -> usize {
-        self.held + self.prefix.as_ref().map_or(0, |p| p.deflated.capacity())
+        self.held
+            + self.prefix.as_ref().map_or(0, |p| p.deflated.capacity())
+            + self
+                .prefix_text
+                .as_ref()
+                .map_or(0, |(_, text, _)| text.len())
     }
 
     /// Encodes `families`, copying the text of every family unchanged since
     /// the last call. The first `prefix_families` families form
     /// [`Encoded::prefix_len`].
     pub fn encode(&mut self, families: &[MetricFamily], prefix_families: usize) -> Encoded {
+        let split = prefix_families.min(families.len());
+        self.prefix_text = None;
+        self.encode_parts(&families[..split], &families[split..])
+    }
+
+    /// [`Self::encode`] of `prefix` followed by `rest` when `prefix` is the
+    /// very list encoded as the last call's prefix (the same `Arc`, which
+    /// the caller does not change while it shares it): its text is copied
+    /// whole, without comparing a family, and keeps its version, so that
+    /// [`Self::gzip`] reuses its compressed bytes too. The merged families of
+    /// an unchanged directory are served this way while the exporter's own
+    /// metrics, appended, change at every scrape.
+    pub fn encode_shared(
+        &mut self,
+        prefix: &Arc<Vec<MetricFamily>>,
+        rest: &[MetricFamily],
+    ) -> Encoded {
+        let same_prefix = !self.bypass
+            && self
+                .prefix_text
+                .as_ref()
+                .is_some_and(|(kept, _, _)| Arc::ptr_eq(kept, prefix));
+        if !same_prefix {
+            let encoded = self.encode_parts(prefix, rest);
+            // Kept only while the memo keeps anything (the same bound).
+            let text = &encoded.body[..encoded.prefix_len];
+            self.prefix_text =
+                (!self.bypass && self.held + text.len() <= self.max_bytes).then(|| {
+                    (
+                        prefix.clone(),
+                        text.to_vec().into_boxed_slice(),
+                        encoded.prefix_version,
+                    )
+                });
+            return encoded;
+        }
+        let Some((_, text, prefix_version)) = &self.prefix_text else {
+            return self.encode_parts(prefix, rest);
+        };
+        let prefix_version = *prefix_version;
+        let mut out = String::with_capacity(self.last_len.max(text.len() + 4096));
+        // The kept text was encoded from these very families.
+        out.push_str(std::str::from_utf8(text).unwrap_or_default());
+        let prefix_len = out.len();
+        let mut encoded_families = 0;
+        for family in rest {
+            encoded_families += 1;
+            encode_family(&mut out, family, self.format, self.escaping);
+        }
+        encode_end(&mut out, self.format);
+        self.last_len = out.len();
+        Encoded {
+            body: out.into_bytes(),
+            prefix_len,
+            prefix_version,
+            encoded_families,
+        }
+    }
+
+    /// Encodes `prefix` then `rest`, copying the text of every family
+    /// unchanged since the last call; `prefix` forms
+    /// [`Encoded::prefix_len`].
+    fn encode_parts(&mut self, prefix: &[MetricFamily], rest: &[MetricFamily]) -> Encoded {
         self.round += 1;
         let round = self.round;
-        let samples: usize = families.iter().map(|f| f.samples.len()).sum();
+        let prefix_families = prefix.len();
+        let families = || prefix.iter().chain(rest);
+        let samples: usize = families().map(|f| f.samples.len()).sum();
         if samples > self.max_bytes / MIN_SAMPLE_BYTES && !self.bypass {
             // Certainly too large to keep: do not even start.
             self.forget();
             self.bypass = true;
         }
         if self.bypass {
-            // Exactly what encoding without a memo does (allocations too:
-            // the allocator keeps a body-sized buffer of some sizes).
-            let body = encode(families, self.format, self.escaping);
+            // Exactly what encoding without a memo does.
+            let mut out =
+                String::with_capacity(families().map(|f| 64 + f.samples.len() * 64).sum());
+            for family in families() {
+                encode_family(&mut out, family, self.format, self.escaping);
+            }
+            encode_end(&mut out, self.format);
+            let body = out.into_bytes();
             self.last_len = body.len();
             self.bypass =
                 body.len() > self.max_bytes || samples > self.max_bytes / MIN_SAMPLE_BYTES;
@@ -158,14 +241,14 @@ impl EncodeMemo {
                 body,
                 prefix_len: 0,
                 prefix_version: self.next_prefix_version(),
-                encoded_families: families.len(),
+                encoded_families: prefix.len() + rest.len(),
             };
         }
         let mut out = String::with_capacity(self.last_len.max(4096));
         let mut prefix_len = 0;
         let mut prefix_changed = false;
         let mut encoded_families = 0;
-        for (i, family) in families.iter().enumerate() {
+        for (i, family) in families().enumerate() {
             if i == prefix_families {
                 prefix_len = out.len();
             }
@@ -205,7 +288,7 @@ impl EncodeMemo {
                 }
             }
         }
-        if families.len() <= prefix_families {
+        if rest.is_empty() {
             prefix_len = out.len();
         }
         encode_end(&mut out, self.format);
@@ -217,7 +300,6 @@ impl EncodeMemo {
             }
             keep
         });
-        let prefix = &families[..prefix_families.min(families.len())];
         prefix_changed |= self.bypass
             || prefix.len() != self.prefix_names.len()
             || prefix
@@ -251,6 +333,7 @@ impl EncodeMemo {
         self.families = FxHashMap::default();
         self.held = 0;
         self.prefix = None;
+        self.prefix_text = None;
     }
 
     /// Gzips `encoded` (level "fast"), reusing the compressed prefix of the
@@ -382,7 +465,48 @@ mod tests {
     use std::io::Read as _;
 
     use super::*;
+    use crate::expose::encode::encode;
     use crate::model::{Labels, MetricType, Sample};
+
+    #[test]
+    fn a_shared_prefix_is_copied_whole_and_its_gzip_reused_while_the_rest_changes() {
+        let merged = Arc::new(vec![family("a", &[1.0, 2.0]), family("b", &[3.0])]);
+        let mut memo = EncodeMemo::new(Format::Text, Escaping::Underscores, 1 << 20);
+        let mut versions = Vec::new();
+        for (round, own) in [[4.0], [5.0], [6.0]].iter().enumerate() {
+            let rest = vec![family("own", own)];
+            let encoded = memo.encode_shared(&merged, &rest);
+            let mut all = merged.to_vec();
+            all.extend(rest.iter().cloned());
+            let plain = encode(&all, Format::Text, Escaping::Underscores);
+            assert_eq!(encoded.body, plain, "round {round}");
+            assert_eq!(
+                gunzip(&memo.gzip(&encoded).unwrap()),
+                plain,
+                "round {round}"
+            );
+            // Only the first round encodes the shared families.
+            assert_eq!(encoded.encoded_families, if round == 0 { 3 } else { 1 });
+            versions.push(encoded.prefix_version);
+        }
+        assert!(versions.windows(2).all(|w| w[0] == w[1]), "{versions:?}");
+        // Another list (a new merge), even with equal families: compared,
+        // not taken by identity.
+        let renewed = Arc::new(vec![family("a", &[1.0, 2.5]), family("b", &[3.0])]);
+        let rest = vec![family("own", &[7.0])];
+        let encoded = memo.encode_shared(&renewed, &rest);
+        let mut all = renewed.to_vec();
+        all.extend(rest.iter().cloned());
+        let plain = encode(&all, Format::Text, Escaping::Underscores);
+        assert_eq!(encoded.body, plain);
+        assert_eq!(gunzip(&memo.gzip(&encoded).unwrap()), plain);
+        assert_ne!(encoded.prefix_version, versions[0]);
+        // A plain encoding in between forgets the shared prefix.
+        let _ = memo.encode(&all, 1);
+        let encoded = memo.encode_shared(&renewed, &rest);
+        assert_eq!(encoded.body, plain);
+        assert_eq!(gunzip(&memo.gzip(&encoded).unwrap()), plain);
+    }
 
     fn family(name: &str, values: &[f64]) -> MetricFamily {
         MetricFamily {

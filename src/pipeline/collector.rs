@@ -115,6 +115,8 @@ struct Merging {
 struct MergeInputs {
     skipped: Option<SkipToken>,
     files: Vec<(usize, u64, u64, bool)>,
+    /// The reading of the writers' `process_*` values appended (0: none).
+    process: u64,
 }
 
 /// The last merge and what a collection that skips it reports again.
@@ -233,8 +235,10 @@ impl Collector {
     /// ([`Collection::unchanged`], with no families). Everything else (the
     /// listing, the writers, the problems, the counters) is collected anew.
     ///
-    /// Only without `per_writer` and without writers' `process_*` families
-    /// (which change with time, not with the files).
+    /// Only without `per_writer`. The writers' `process_*` families count as
+    /// an input: they are read again at most once a second
+    /// ([`crate::source::writers::PROCESS_SAMPLE_INTERVAL`]), and a new
+    /// reading means a new merge.
     pub fn collect_since(&mut self, inputs: &[Input], held: Option<u64>) -> Collection {
         let mut compaction = self.prepare(inputs);
         let policy = self.writers.policy();
@@ -270,9 +274,11 @@ impl Collector {
         );
         self.dead_before = dead_now;
         // Step 3: what changed since the merge the caller holds.
-        let merge_inputs = (self.merging.per_writer.is_none()
-            && writers.process_families.is_empty())
-        .then(|| MergeInputs::of(&token, &kept));
+        let merge_inputs = self
+            .merging
+            .per_writer
+            .is_none()
+            .then(|| MergeInputs::of(&token, &kept, writers.process_version));
         let reused = self
             .last_merge
             .as_ref()
@@ -530,9 +536,11 @@ impl<'r, 'f> Taking<'r, 'f> {
 }
 
 impl MergeInputs {
-    /// What a merge of `kept` with the skipped files of `token` is made of.
-    fn of(token: &Option<SkipToken>, kept: &[Kept<'_, '_>]) -> Self {
+    /// What a merge of `kept` with the skipped files of `token`, followed
+    /// by the writers' `process_*` values of reading `process`, is made of.
+    fn of(token: &Option<SkipToken>, kept: &[Kept<'_, '_>], process: u64) -> Self {
         Self {
+            process,
             skipped: token.clone(),
             files: kept
                 .iter()

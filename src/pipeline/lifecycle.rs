@@ -12,13 +12,11 @@
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::sync::Arc;
 
 use super::compaction::CompactionReport;
 use crate::format::file_name::{is_archive_name, writer_pid, GaugeMode};
 use crate::format::layout::LayoutError;
-use crate::model::{Labels, MetricFamily};
-use crate::source::writers::procfs::{self, ProcessStats};
+use crate::model::MetricFamily;
 use crate::source::writers::{Visibility, WriterPolicy, WriterState, Writers, WrittenFile};
 use crate::source::{Problem, ReadFile, SkipReason};
 
@@ -40,8 +38,12 @@ pub struct WriterReport {
     pub pending: usize,
     /// Dead writers' gauge files by mode: (mode, served, files).
     pub dead_gauge_files: Vec<(GaugeMode, bool, usize)>,
-    /// The live writers' `process_*` families (empty unless asked for).
+    /// The live writers' `process_*` families (empty unless asked for),
+    /// read at most once a second ([`Writers::process_families`]).
     pub process_families: Vec<MetricFamily>,
+    /// The version of that reading (0: none): equal versions, equal
+    /// families.
+    pub process_version: u64,
     /// What compaction did (`--dir.compact-dead-writers`).
     pub compaction: CompactionReport,
 }
@@ -310,16 +312,9 @@ pub fn sort_out(
     if policy.process_metrics && !census.live.is_empty() {
         let mut live = census.live.clone();
         live.dedup_by_key(|(pid, _)| *pid);
-        let processes: Vec<(Labels, ProcessStats)> = live
-            .iter()
-            .map(|&(pid, host)| {
-                (
-                    Labels::new([(Arc::from("pid"), Arc::from(pid.to_string()))]),
-                    ProcessStats::read(&procfs::process_dir(host)),
-                )
-            })
-            .collect();
-        report.process_families = ProcessStats::families("process_", &processes);
+        let (families, version) = writers.process_families(&live);
+        report.process_families = families.to_vec();
+        report.process_version = version;
     }
     let dead = census.states[..files.len()]
         .iter()

@@ -404,7 +404,7 @@ async fn api_json(state: AppState, endpoint: api::Endpoint, query: Option<String
         let served = shared.collect_now();
         api::answer(
             endpoint,
-            &served.families,
+            served.families(),
             shared.scraper.insight(),
             &shared.dirs,
             query.as_deref(),

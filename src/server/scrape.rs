@@ -114,11 +114,30 @@ pub(crate) struct Served {
     /// Identifies these families: a scrape that gets a [`Served`] with the
     /// same id gets the same families, and the same bodies (0: none).
     pub(crate) id: u64,
+    /// The families from the metric files (and upstreams), transformed:
+    /// shared, not copied, by every collection that reuses the merge, so
+    /// that their encoded text is reused by identity
+    /// ([`EncodeMemo::encode_shared`]).
+    pub(crate) merged: Arc<Vec<MetricFamily>>,
+    /// The exporter's own, which change with every scrape.
+    pub(crate) own: Vec<MetricFamily>,
+    /// Both, in one list, made on first use (`?name[]=`, the JSON API, push).
+    all: OnceLock<Vec<MetricFamily>>,
+}
+
+impl Served {
     /// Every family, as `/metrics` serves them.
-    pub(crate) families: Vec<MetricFamily>,
-    /// How many of them come from the metric files (the rest are the
-    /// exporter's own, which change with every scrape).
-    pub(crate) merged: usize,
+    pub(crate) fn families(&self) -> &[MetricFamily] {
+        if self.own.is_empty() {
+            return &self.merged;
+        }
+        self.all.get_or_init(|| {
+            let mut all = Vec::with_capacity(self.merged.len() + self.own.len());
+            all.extend(self.merged.iter().cloned());
+            all.extend(self.own.iter().cloned());
+            all
+        })
+    }
 }
 
 /// A collection's families, as a sink takes them ([`crate::sink::Feed`]).
@@ -128,7 +147,7 @@ impl std::ops::Deref for ServedFamilies {
     type Target = [MetricFamily];
 
     fn deref(&self) -> &[MetricFamily] {
-        &self.0.families
+        self.0.families()
     }
 }
 
@@ -214,7 +233,7 @@ struct Reusable {
     /// The configuration it was transformed with (kept, so that a new one
     /// cannot take its address).
     config: Arc<Config>,
-    /// What it served; its first `merged` families are the merged ones.
+    /// What it served.
     served: Arc<Served>,
     /// Its point of the history (vLLM's curated numbers).
     point: Point,
@@ -375,7 +394,7 @@ impl Scraper {
     fn encode(&self, request: &Request, served: &Served) -> Rendered {
         if request.names.is_some() {
             let body = pipeline::render(
-                &served.families,
+                served.families(),
                 request.names.as_deref(),
                 request.format,
                 request.escaping,
@@ -404,7 +423,7 @@ impl Scraper {
             }
         };
         let memo = &mut memos[at];
-        let encoded = memo.encode(&served.families, served.merged);
+        let encoded = memo.encode_shared(&served.merged, &served.own);
         if request.gzip {
             let gzipped = memo.gzip(&encoded);
             gzipped_or_plain(encoded.body, gzipped)
@@ -510,14 +529,14 @@ impl Scraper {
             _ => None,
         };
         if let Some(mut reused) = reused {
-            let merged = &reused.served.families[..reused.served.merged];
+            let merged = reused.served.merged.clone();
             let point = Point {
                 at: now,
                 ..reused.point.clone()
             };
             self.insight.record(
                 point,
-                LastCollection::of(&gathered, merged, now, start.elapsed()),
+                LastCollection::of(&gathered, &merged, now, start.elapsed()),
             );
             state.reporter.collection(
                 &gathered,
@@ -527,9 +546,9 @@ impl Scraper {
                 self_metrics,
             );
             if self_metrics.is_some() {
-                // The exporter's own families change with every scrape.
-                let families = merged.to_vec();
-                reused.served = self.served(state, families, self_metrics);
+                // The exporter's own families change with every scrape; the
+                // merged ones are shared as they are.
+                reused.served = self.served(state, merged, self_metrics);
             }
             let served = reused.served.clone();
             state.reusable = Some(reused);
@@ -552,7 +571,7 @@ impl Scraper {
             self_metrics,
         );
         state.reporter.collisions(&collisions);
-        let served = self.served(state, families, self_metrics);
+        let served = self.served(state, Arc::new(families), self_metrics);
         state.reusable = (!panicked && config.upstreams.is_empty()).then(|| Reusable {
             merged_id: gathered.collection.merged_id,
             config: config.clone(),
@@ -567,22 +586,23 @@ impl Scraper {
     fn served(
         &self,
         state: &mut ScrapeState,
-        mut families: Vec<MetricFamily>,
+        merged: Arc<Vec<MetricFamily>>,
         self_metrics: Option<&SelfMetrics>,
     ) -> Arc<Served> {
-        let merged = families.len();
+        let mut own = Vec::new();
         if let Some(m) = self_metrics {
-            let mut own = m.families();
-            own.extend(self.upstreams.families());
-            let (own, clashes) = self_metrics::without_clashes(own, &families);
+            let mut all = m.families();
+            all.extend(self.upstreams.families());
+            let clashes;
+            (own, clashes) = self_metrics::without_clashes(all, &merged);
             state.reporter.self_metric_clashes(&clashes);
-            families.extend(own);
         }
         state.served_ids += 1;
         Arc::new(Served {
             id: state.served_ids,
-            families,
             merged,
+            own,
+            all: OnceLock::new(),
         })
     }
 

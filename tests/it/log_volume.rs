@@ -9,16 +9,18 @@ use multiproc_exporter::format::writer;
 
 use crate::support::{eventually, Exporter};
 
-/// Info lines whose message speaks of files.
+/// Info lines whose message speaks of files (not the change of state of
+/// the writers' visibility, which names their open files and is logged
+/// once).
 fn info_lines_about_files(exporter: &Exporter) -> Vec<serde_json::Value> {
     exporter
         .logs()
         .into_iter()
         .filter(|l| {
             l["level"] == "INFO"
-                && l["message"]
-                    .as_str()
-                    .is_some_and(|m| m.to_ascii_lowercase().contains("file"))
+                && l["message"].as_str().is_some_and(|m| {
+                    m.to_ascii_lowercase().contains("file") && !m.starts_with("Writer processes")
+                })
         })
         .collect()
 }

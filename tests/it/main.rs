@@ -13,6 +13,7 @@ mod float_format;
 mod compaction;
 mod dump_inputs;
 mod faults;
+mod freshness;
 mod fuzz_corpus;
 mod identity;
 mod memory;

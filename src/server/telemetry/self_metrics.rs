@@ -31,6 +31,7 @@ use crate::server::telemetry::web_metrics::WebMetrics;
 use crate::server::telemetry::writer_metrics::WriterMetrics;
 use crate::sink::metrics::PushMetrics;
 use crate::source::writers::procfs::{ProcessStats, PROC};
+use crate::source::writers::PROCESS_SAMPLE_INTERVAL;
 
 /// Label set of the labelled self-metrics: one `(name, value)` pair.
 type OneLabel = Vec<(&'static str, String)>;
@@ -64,6 +65,11 @@ pub(crate) struct SelfMetrics {
     writers: WriterMetrics,
     /// Pushing (`--push.*`; present only when it is on).
     pub(crate) push: PushMetrics,
+    /// The exporter's own process values and when they were read: read
+    /// again at most once every [`PROCESS_SAMPLE_INTERVAL`], as the
+    /// writers' are (the endpoint picker's 20 Hz polls would otherwise read
+    /// `/proc/self` four files deep on each).
+    own_process: std::sync::Mutex<Option<(std::time::Instant, ProcessStats)>>,
 }
 
 /// Every `reason` label value of `multiproc_exporter_scrape_files_skipped`
@@ -108,6 +114,7 @@ impl SelfMetrics {
             web: WebMetrics::new(),
             writers: WriterMetrics::default(),
             push: PushMetrics::default(),
+            own_process: std::sync::Mutex::default(),
         };
         for reason in skip_reasons() {
             m.files_skipped
@@ -326,13 +333,28 @@ impl SelfMetrics {
         if self.process {
             // Named apart from the writers' `process_*` series, so that no
             // query mixes the exporter with the processes it reads.
-            let own = ProcessStats::read(&std::path::Path::new(PROC).join("self"));
+            let own = self.own_process_stats();
             out.extend(ProcessStats::families(
                 &format!("{p}process_"),
                 &[(Labels::default(), own)],
             ));
         }
         out.into_families()
+    }
+
+    /// The exporter's own process values, read at most once every
+    /// [`PROCESS_SAMPLE_INTERVAL`].
+    fn own_process_stats(&self) -> ProcessStats {
+        let now = std::time::Instant::now();
+        let mut last = self.own_process.lock().unwrap_or_else(|e| e.into_inner());
+        match *last {
+            Some((at, stats)) if now.duration_since(at) < PROCESS_SAMPLE_INTERVAL => stats,
+            _ => {
+                let stats = ProcessStats::read(&std::path::Path::new(PROC).join("self"));
+                *last = Some((now, stats));
+                stats
+            }
+        }
     }
 }
 

@@ -18,8 +18,13 @@
 //! pod's pid namespace but running as another user); `off` never looks.
 
 pub mod procfs;
+mod sampled;
 
+pub use sampled::PROCESS_SAMPLE_INTERVAL;
+
+use crate::model::MetricFamily;
 use rustc_hash::FxHashMap as HashMap;
+use sampled::ProcessSampler;
 use std::time::{Duration, Instant};
 
 /// How the liveness of writers is decided (`--writers.liveness`).
@@ -166,6 +171,23 @@ const REVIVAL_INTERVAL: Duration = Duration::from_secs(5);
 /// How often the table of nested pid namespaces is rebuilt.
 const NAMESPACE_TABLE_TTL: Duration = Duration::from_secs(30);
 
+/// The start time of the process `host` (pid as the exporter sees it), from
+/// its kept handle while that process lives, else from a newly opened one
+/// (kept in turn); `None` if no process has that pid.
+fn current_start(handles: &mut HashMap<u32, procfs::ProcessHandle>, host: u32) -> Option<f64> {
+    if let Some(start) = handles
+        .get(&host)
+        .and_then(procfs::ProcessHandle::start_time)
+    {
+        return Some(start);
+    }
+    handles.remove(&host);
+    let handle = procfs::ProcessHandle::open(&procfs::process_dir(host))?;
+    let start = handle.start_time();
+    handles.insert(host, handle);
+    start
+}
+
 /// A process that may be a file's writer.
 #[derive(Clone, Debug)]
 struct Candidate {
@@ -211,6 +233,11 @@ pub struct Writers {
     self_pid: u32,
     /// When [`Self::revived`] last looked.
     revival_checked: Option<Instant>,
+    /// Live writers' processes, kept open: one `pread` per scrape tells each
+    /// is still the same process.
+    handles: HashMap<u32, procfs::ProcessHandle>,
+    /// The live writers' `process_*` values, read once a second at most.
+    sampler: ProcessSampler,
 }
 
 /// The states of one collection's files, and the live writers' processes.
@@ -238,6 +265,8 @@ impl Writers {
             namespaces: NamespaceTable::default(),
             self_pid: std::process::id(),
             revival_checked: None,
+            handles: HashMap::default(),
+            sampler: ProcessSampler::default(),
         }
     }
 
@@ -290,7 +319,7 @@ impl Writers {
                 Some(Verdict::Alive { host, start }) => {
                     let current = *starts
                         .entry(host)
-                        .or_insert_with(|| procfs::start_time(&procfs::process_dir(host)));
+                        .or_insert_with(|| current_start(&mut self.handles, host));
                     if current == Some(start) {
                         live.push((pid, host));
                         WriterState::Live
@@ -320,9 +349,20 @@ impl Writers {
         }
         self.lookups
             .retain(|_, (at, _, _)| now.duration_since(*at) < LOOKUP_TTL);
+        if all {
+            self.handles.retain(|host, _| starts.contains_key(host));
+        }
         live.sort_unstable();
         live.dedup();
         Census { states, live }
+    }
+
+    /// The `process_*` families of the `live` writers of a census (one entry
+    /// per pid), read from `/proc` at most once every
+    /// [`PROCESS_SAMPLE_INTERVAL`] (at once when the live writers change),
+    /// and the reading's version: equal versions, equal families.
+    pub fn process_families(&mut self, live: &[(u32, u32)]) -> (&[MetricFamily], u64) {
+        self.sampler.families(live, Instant::now())
     }
 
     /// Looks (at most every few seconds) for a running process with a dead

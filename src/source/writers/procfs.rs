@@ -90,6 +90,37 @@ pub fn start_time(dir: &Path) -> Option<f64> {
     Some(precise_boot_time()? + stat_field(&fields, 22)? as f64 / USER_HZ)
 }
 
+/// A live process, known by its start time and an open file of its
+/// `/proc/<pid>` (`comm`, the cheapest to read): one `pread` and no path
+/// lookup tell it still runs. The file belongs to the process it was opened
+/// for: once that process is gone, reading fails, even if a later process
+/// has its pid. Liveness checks of known writers read it on every scrape.
+#[derive(Debug)]
+pub struct ProcessHandle {
+    comm: std::fs::File,
+    start: f64,
+}
+
+impl ProcessHandle {
+    /// The process of `dir` (`/proc/<pid>`), if one runs there now.
+    pub fn open(dir: &Path) -> Option<Self> {
+        // The file first: a start time read after it is this process's or,
+        // if the pid was reused in between, the check below fails.
+        let comm = std::fs::File::open(dir.join("comm")).ok()?;
+        let start = start_time(dir)?;
+        let handle = Self { comm, start };
+        handle.start_time().map(|_| handle)
+    }
+
+    /// The process's start time as [`start_time`] gave it when the handle
+    /// was opened; `None` once the process is gone.
+    pub fn start_time(&self) -> Option<f64> {
+        use std::os::unix::fs::FileExt as _;
+        let mut buf = [0u8; 64];
+        matches!(self.comm.read_at(&mut buf, 0), Ok(n) if n > 0).then_some(self.start)
+    }
+}
+
 /// The process's pid in its innermost pid namespace (the last `NSpid` field
 /// of `status`), which is the pid it names its files after.
 pub fn innermost_pid(dir: &Path) -> Option<u32> {
@@ -346,6 +377,27 @@ mod tests {
         if let (Some(precise), Some(whole)) = (precise_boot_time(), boot_time()) {
             assert!(precise >= whole as f64 - 0.011 && precise < whole as f64 + 1.011);
         }
+    }
+
+    #[test]
+    fn a_process_handle_fails_once_its_process_is_gone() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let dir = process_dir(child.id());
+        if !dir.join("stat").exists() {
+            let _ = child.kill();
+            let _ = child.wait();
+            return;
+        }
+        let kept = ProcessHandle::open(&dir).unwrap();
+        assert_eq!(kept.start_time(), start_time(&dir));
+        assert!(kept.start_time().is_some());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(kept.start_time(), None);
+        assert!(ProcessHandle::open(Path::new("/proc/0")).is_none());
     }
 
     #[test]
