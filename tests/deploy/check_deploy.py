@@ -18,6 +18,14 @@
   included), in every rendering and in the docs' YAML blocks, has no
   readinessProbe, and a liveness or startup probe on /-/healthy; the
   DaemonSet's exporter, alone in its pod, is ready on /-/ready.
+* The node agent (deploy/kubernetes/node-agent, `--discover.processes`):
+  hostPID; capabilities ALL dropped and exactly SYS_PTRACE and
+  DAC_READ_SEARCH added, as uid 0, not privileged; the only hostPaths the
+  kubelet's /var/log/pods (required) and /var/log/containers, read-only;
+  no --dir; its own namespace at the `privileged` Pod Security level and no
+  other workload or RBAC; its PodMonitor with honorLabels: true; and the
+  plain-Prometheus job in docs/deployment.md with honor_labels: true,
+  keeping its pods only, through promtool.
 * deploy/prometheus.yml: `promtool check config` on the file with its
   Kubernetes discovery replaced by a static target (Debian's Prometheus is
   built without Kubernetes discovery), and the discovery block itself against
@@ -593,6 +601,160 @@ def check_monitors(objects):
         ensure(len(targets) == 1, f"PodMonitor has exactly one target pod template (the exporter's), got {len(targets)}")
 
 
+# ---------------------------------------------------------------- node agent
+
+# The node agent (deploy/kubernetes/node-agent) finds the multiprocess
+# directories through /proc (--discover.processes) and reads them through
+# /proc/<pid>/root: it needs the node's pid namespace, two capabilities and
+# the kubelet's log tree, and nothing of vLLM's pods. It runs as uid 0 with
+# every other capability dropped (a non-root process gets no capability from
+# the container's securityContext: Kubernetes sets no ambient capabilities).
+# docs/deployment.md, "Node agent".
+
+NODE_AGENT_RENDERINGS = ("node-agent", "node-agent/podmonitor")
+NODE_AGENT_DAEMONSET = "multiproc-exporter-node-agent"
+NODE_AGENT_CAPABILITIES = {"SYS_PTRACE", "DAC_READ_SEARCH"}
+POD_LOG_DIR = "/var/log/pods"  # --discover.pod-log-dir's default, the kubelet's
+# The only host paths the node agent may mount (read-only, at the same path):
+# the kubelet's pod log tree and its container links beside it (names only).
+NODE_AGENT_HOST_PATHS = {POD_LOG_DIR, "/var/log/containers"}
+RBAC_KINDS = {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding", "ServiceAccount"}
+
+
+def flag_value(args, flag):
+    """The value of `--flag=value` or `--flag value` in `args`, else None."""
+    for i, arg in enumerate(args):
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+        if arg == flag and i + 1 < len(args) and not args[i + 1].startswith("--"):
+            return args[i + 1]
+    return None
+
+
+def check_node_agent(objects, flags, version, monitored):
+    """`monitored`: the rendering must hold a PodMonitor or ServiceMonitor."""
+    namespace = one(objects, "Namespace")
+    ns = namespace["metadata"]["name"]
+    labels = namespace["metadata"].get("labels", {})
+    ensure(labels.get("pod-security.kubernetes.io/enforce") == "privileged", f"Namespace {ns}: Pod Security level privileged (hostPID, SYS_PTRACE, hostPath)")
+    for o in objects:
+        if o["kind"] != "Namespace":
+            ensure(o["metadata"].get("namespace") == ns, f"{o['kind']}/{o['metadata']['name']} is in the node agent's namespace {ns}")
+    workloads = [o for o in objects if o["kind"] in ("Deployment", "StatefulSet", "DaemonSet", "Pod", "Job", "CronJob")]
+    ensure([(o["kind"], o["metadata"]["name"]) for o in workloads] == [("DaemonSet", NODE_AGENT_DAEMONSET)], f"the only workload is the DaemonSet (vLLM's pods are not changed, nor put in the privileged namespace): {[o['metadata']['name'] for o in workloads]}")
+    rbac = sorted(o["kind"] for o in objects if o["kind"] in RBAC_KINDS)
+    ensure(not rbac, f"no RBAC objects: the node agent needs no API access ({rbac})")
+
+    daemonset = one(objects, "DaemonSet", NODE_AGENT_DAEMONSET)
+    pod = daemonset["spec"]["template"]
+    spec = pod["spec"]
+    ensure(spec.get("hostPID") is True, "hostPID: true (discovery lists every process's /proc/<pid>/fd)")
+    ensure(not spec.get("hostNetwork") and not spec.get("hostIPC"), "no hostNetwork, no hostIPC")
+    ensure(spec.get("automountServiceAccountToken") is False, "automountServiceAccountToken: false (no API access)")
+    ensure(not spec.get("initContainers") and [c["name"] for c in spec["containers"]] == ["multiproc-exporter"], "the exporter is the pod's only container")
+    exporter = container(spec, "multiproc-exporter")
+    check_exporter_container(exporter, flags, version, sidecar=False)
+
+    # The exact capability set: ALL dropped, SYS_PTRACE and DAC_READ_SEARCH
+    # added, nothing else, not privileged.
+    sc = exporter.get("securityContext", {})
+    capabilities = sc.get("capabilities", {})
+    ensure(capabilities.get("drop") == ["ALL"], f"drop: [ALL], got {capabilities.get('drop')}")
+    added = capabilities.get("add") or []
+    ensure(
+        len(added) == len(set(added)) and set(added) == NODE_AGENT_CAPABILITIES,
+        f"capabilities added: exactly {sorted(NODE_AGENT_CAPABILITIES)}, got {added}",
+    )
+    ensure(sc.get("privileged") is not True, "not privileged")
+    effective = effective_security(spec, exporter)
+    ensure(effective.get("runAsUser") == 0 and effective.get("runAsNonRoot") is False, "runs as uid 0 (added capabilities reach no non-root process: Kubernetes sets no ambient capabilities), runAsNonRoot: false said explicitly")
+    ensure(effective.get("seccompProfile", {}).get("type") == "RuntimeDefault", "seccomp RuntimeDefault")
+
+    # Host paths: the kubelet's log tree only, read-only, at the same paths;
+    # nothing reaches vLLM's volumes (/var/lib/kubelet, /var/lib/vllm-metrics).
+    host_volumes = {v["name"]: v["hostPath"]["path"].rstrip("/") for v in spec.get("volumes", []) if "hostPath" in v}
+    ensure(POD_LOG_DIR in host_volumes.values(), f"{POD_LOG_DIR} is mounted from the node")
+    others = sorted(set(host_volumes.values()) - NODE_AGENT_HOST_PATHS)
+    ensure(not others, f"no hostPath but {sorted(NODE_AGENT_HOST_PATHS)}: {others}")
+    kinds = sorted({k for v in spec.get("volumes", []) for k in v if k != "name"})
+    ensure(kinds == ["hostPath"], f"no volumes but the hostPaths: {kinds}")
+    for name, path in host_volumes.items():
+        m = mount(exporter, name)
+        ensure(m.get("readOnly") is True, f"hostPath {path} is mounted read-only")
+        ensure(m["mountPath"].rstrip("/") == path and "subPath" not in m and "subPathExpr" not in m, f"hostPath {path} is mounted at {path}")
+        ensure(m.get("mountPropagation", "None") == "None", f"hostPath {path}: no mount propagation")
+
+    args = exporter.get("args", [])
+    ensure("--discover.processes" in args, "--discover.processes in the exporter's args")
+    log_dir = flag_value(args, "--discover.pod-log-dir") or POD_LOG_DIR
+    ensure(any(mount(exporter, n)["mountPath"].rstrip("/") == log_dir.rstrip("/") for n in host_volumes), f"--discover.pod-log-dir {log_dir} is the mounted {POD_LOG_DIR}")
+    ensure(not [a for a in args if a == "--dir" or a.startswith("--dir=")] and env_value(exporter, "PROMETHEUS_MULTIPROC_DIR") is None, "no --dir or PROMETHEUS_MULTIPROC_DIR: the directories are discovered")
+
+    # Scraped only with honor_labels: not through the prometheus.io/*
+    # annotations that deploy/prometheus.yml's job (without it) follows.
+    annotations = pod["metadata"].get("annotations", {})
+    ensure(annotations.get("prometheus.io/scrape") != "true", "no prometheus.io/scrape annotation: deploy/prometheus.yml's job does not honour the exporter's namespace/pod/container labels")
+    check_service(one(objects, "Service", NODE_AGENT_DAEMONSET), pod["metadata"]["labels"], exporter)
+
+    monitors = [o for o in objects if o["kind"] in ("PodMonitor", "ServiceMonitor")]
+    ensure(bool(monitors) == monitored, f"{'a' if monitored else 'no'} PodMonitor or ServiceMonitor expected, got {len(monitors)}")
+    for monitor in monitors:
+        endpoints = monitor["spec"].get("podMetricsEndpoints") or monitor["spec"].get("endpoints") or []
+        ensure(endpoints, f"{monitor['kind']} has endpoints")
+        for e in endpoints:
+            ensure(e.get("honorLabels") is True, f"{monitor['kind']}/{monitor['metadata']['name']} endpoint {e.get('port')}: honorLabels: true (keeps the vLLM pods' namespace, pod and container labels)")
+            ensure(not any(r.get("targetLabel") in ("namespace", "pod", "container") for r in e.get("metricRelabelings", [])), "no metric relabelling of namespace, pod or container")
+    check_monitors(objects)
+
+
+def meta_label(name):
+    return "__meta_kubernetes_pod_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", name)
+
+
+def check_node_agent_prometheus_job(promtool, objects):
+    """The docs' plain-Prometheus job for the node agent: honour_labels, the
+    node agent's pods (and only they) kept, the `metrics` port; promtool
+    accepts it (discovery replaced by a static target)."""
+    text = (ROOT / "docs" / "deployment.md").read_text()
+    jobs = []
+    for block in re.findall(r"```yaml\n(.*?)```", text, re.S):
+        for d in yaml.safe_load_all(block):
+            if isinstance(d, dict):
+                jobs += [j for j in d.get("scrape_configs", []) if j.get("job_name") == "multiproc-exporter-node-agent"]
+    ensure(len(jobs) == 1, f"docs/deployment.md has one scrape job multiproc-exporter-node-agent, found {len(jobs)}")
+    job = jobs[0]
+    ensure(job.get("honor_labels") is True, "the node agent's job has honor_labels: true")
+    sd = job["kubernetes_sd_configs"]
+    ensure(len(sd) == 1 and sd[0]["role"] == "pod" and set(sd[0]) <= KUBERNETES_SD_FIELDS, "pod discovery")
+    pod = one(objects, "DaemonSet", NODE_AGENT_DAEMONSET)["spec"]["template"]
+    pod_labels = {meta_label(k): v for k, v in pod["metadata"]["labels"].items()}
+    namespace = one(objects, "Namespace")["metadata"]["name"]
+    names = (sd[0].get("namespaces") or {}).get("names")
+    ensure(names is None or namespace in names, f"discovers pods in {namespace}")
+    facts = {**pod_labels, "__meta_kubernetes_namespace": namespace, "__meta_kubernetes_pod_container_port_name": "metrics"}
+    keeps = [r for r in job["relabel_configs"] if r.get("action") == "keep"]
+    ensure(any(r["source_labels"] == ["__meta_kubernetes_pod_container_port_name"] and r["regex"] == "metrics" for r in keeps), "keeps the `metrics` port")
+    ensure(any(r["source_labels"][0].startswith("__meta_kubernetes_pod_label_") for r in keeps), "keeps pods by the node agent's labels")
+    for r in job["relabel_configs"]:
+        for label in r.get("source_labels", []):
+            if label.startswith("__meta_"):
+                ensure(POD_META.fullmatch(label), f"{label} is not a meta label of role: pod")
+    for r in keeps:
+        value = ";".join(facts.get(l, "") for l in r["source_labels"])
+        ensure(re.fullmatch(r["regex"], value), f"keep rule {r['source_labels']} =~ {r['regex']} drops the node agent's pods ({value!r})")
+    # vLLM's pods (the sidecar's labels) and the DaemonSet's are not kept.
+    other = {meta_label("app.kubernetes.io/name"): "multiproc-exporter", "__meta_kubernetes_namespace": namespace, "__meta_kubernetes_pod_container_port_name": "metrics"}
+    ensure(not all(re.fullmatch(r["regex"], ";".join(other.get(l, "") for l in r["source_labels"])) for r in keeps), "the job keeps only the node agent's pods (not the DaemonSet's or the sidecars')")
+    static = {"global": {"scrape_interval": "15s"}, "scrape_configs": [copy.deepcopy(job)]}
+    del static["scrape_configs"][0]["kubernetes_sd_configs"]
+    static["scrape_configs"][0]["static_configs"] = [{"targets": [f"127.0.0.1:{EXPORTER_PORT}"]}]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp, "prometheus.yml")
+        path.write_text(yaml.safe_dump(static, sort_keys=False))
+        out = subprocess.run([promtool, "check", "config", str(path)], capture_output=True, text=True)
+        ensure(out.returncode == 0, f"promtool check config: {out.stdout}{out.stderr}")
+
+
 # ------------------------------------------------------------ prometheus.yml
 
 # Fields of kubernetes_sd_configs and the meta labels of `role: pod`, as the
@@ -851,6 +1013,13 @@ def main():
     check("production-stack post-renderer")(check_production_stack, args.kubectl, flags, version, rendered)
     for name in ("examples/sidecar-servicemonitor", "examples/daemonset-podmonitor"):
         check(f"monitors match: {name}")(lambda n=name: check_monitors(rendered[n]))
+    for name in NODE_AGENT_RENDERINGS:
+        check(f"node agent invariants: {name}")(
+            lambda n=name: check_node_agent(rendered[n], flags, version, monitored=n.endswith("monitor"))
+        )
+    check("node agent: the docs' Prometheus job (honor_labels)")(
+        lambda: check_node_agent_prometheus_job(args.promtool, rendered["node-agent"])
+    )
     check("deploy/prometheus.yml")(check_prometheus_yml, args.promtool, [rendered.get("sidecar", []), rendered.get("daemonset", [])])
     check("deploy/Dockerfile")(check_dockerfile, args.hadolint, help_text, args.cargo_check)
     check("documentation examples")(check_docs, args.kubectl, rendered)
