@@ -56,7 +56,7 @@ pub(crate) fn run(args: DumpFlags) -> ExitCode {
                 "multiproc-exporter: skipped {}: an earlier directory has a subdirectory of the same name",
                 path.display()
             ),
-            Event::FamilyConflict(c) => eprintln!(
+            Event::FamilyConflict(c) | Event::DiscoveredConflict(c) => eprintln!(
                 "multiproc-exporter: family {} of subdirectory {} disagrees with subdirectory {} ({}); kept the first one's type and help",
                 c.family,
                 c.part,

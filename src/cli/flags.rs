@@ -424,6 +424,92 @@ pub struct PushFlags {
     pub ca_file: Option<PathBuf>,
 }
 
+/// Finding the metrics directories through `/proc` (`serve`): the node agent
+/// (docs/configuration.md, "Discovering the directories").
+#[derive(Debug, Clone, Args)]
+pub struct DiscoverFlags {
+    /// Find every prometheus_client multiprocess directory on the node
+    /// through /proc (the files each process holds open) instead of being
+    /// told (--dir): each is read through its writers' mount namespace,
+    /// merged on its own and labelled with its pod's namespace, name and
+    /// container, kept while its pod exists after its writers exit, and
+    /// dropped with its pod. Needs the host's pid namespace (hostPID) and
+    /// CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH. Not with --dir or
+    /// --dir.subdirectories-label.
+    #[arg(
+        long = "discover.processes",
+        env = "MULTIPROC_EXPORTER_DISCOVER_PROCESSES",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub discover_processes: bool,
+    /// The kubelet's pod log directory (mounted read-only), which names each
+    /// pod UID's namespace, pod and containers and tells whether the pod
+    /// still exists; the kubelet's container links are read from its sibling
+    /// `containers` when there. Empty: no pod names (outside Kubernetes).
+    #[arg(
+        long = "discover.pod-log-dir",
+        env = "MULTIPROC_EXPORTER_DISCOVER_POD_LOG_DIR",
+        value_name = "DIR",
+        default_value = "/var/log/pods",
+        value_parser = clap::builder::OsStringValueParser::new().map(PathBuf::from)
+    )]
+    pub discover_pod_log_dir: PathBuf,
+    /// How often /proc is scanned for directories; a scrape that finds one
+    /// of the last scan's writers gone scans at once.
+    #[arg(
+        long = "discover.interval",
+        env = "MULTIPROC_EXPORTER_DISCOVER_INTERVAL",
+        value_name = "DURATION",
+        value_parser = parse_duration,
+        default_value = "10s"
+    )]
+    pub discover_interval: Duration,
+    /// The label naming a discovered directory's pod namespace (empty: none).
+    #[arg(
+        long = "discover.namespace-label",
+        env = "MULTIPROC_EXPORTER_DISCOVER_NAMESPACE_LABEL",
+        value_name = "NAME",
+        default_value = "namespace"
+    )]
+    pub discover_namespace_label: String,
+    /// The label naming a discovered directory's pod (empty: none).
+    #[arg(
+        long = "discover.pod-label",
+        env = "MULTIPROC_EXPORTER_DISCOVER_POD_LABEL",
+        value_name = "NAME",
+        default_value = "pod"
+    )]
+    pub discover_pod_label: String,
+    /// The label naming a discovered directory's container: its name in a
+    /// pod, else the container's ID (empty: none).
+    #[arg(
+        long = "discover.container-label",
+        env = "MULTIPROC_EXPORTER_DISCOVER_CONTAINER_LABEL",
+        value_name = "NAME",
+        default_value = "container"
+    )]
+    pub discover_container_label: String,
+    /// A label with the pod's UID (not added by default).
+    #[arg(
+        long = "discover.pod-uid-label",
+        env = "MULTIPROC_EXPORTER_DISCOVER_POD_UID_LABEL",
+        value_name = "NAME"
+    )]
+    pub discover_pod_uid_label: Option<String>,
+    /// How long a directory whose writers all exited is kept when its pod is
+    /// not known (outside Kubernetes): long enough for a restarted
+    /// application to come back and for the last values to be scraped.
+    #[arg(
+        long = "discover.linger",
+        env = "MULTIPROC_EXPORTER_DISCOVER_LINGER",
+        value_name = "DURATION",
+        value_parser = parse_duration,
+        default_value = "5m"
+    )]
+    pub discover_linger: Duration,
+}
+
 /// Flags of `serve` (and of the command line without a subcommand).
 #[derive(Debug, Clone, Args)]
 pub struct ServeFlags {
@@ -467,6 +553,10 @@ pub struct ServeFlags {
     /// How the directories are read.
     #[command(flatten)]
     pub directories: DirectoryFlags,
+
+    /// Finding the directories through /proc.
+    #[command(flatten)]
+    pub discover: Box<DiscoverFlags>,
 
     /// The configuration file.
     #[command(flatten)]

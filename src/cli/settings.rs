@@ -10,9 +10,11 @@ use std::time::Duration;
 use axum::http::Uri;
 
 use super::flags::{
-    ConfigFlags, DirectoryFlags, LivenessArg, NegotiationArg, PushFlags, ServeFlags, WebFlags,
+    ConfigFlags, DirectoryFlags, DiscoverFlags, LivenessArg, NegotiationArg, PushFlags, ServeFlags,
+    WebFlags,
 };
 use crate::expose::negotiate::Negotiation;
+use crate::pipeline::discovered::{DiscoverLabels, DiscoverOptions};
 use crate::server::{ServeSettings, Settings, DEFAULT_LISTEN_ADDRESS};
 use crate::sink::push::PushSettings;
 use crate::sink::Authorization;
@@ -184,10 +186,14 @@ impl ServeFlags {
     /// The server's settings for `dirs` (already defaulted from the
     /// environment), or what is wrong with the flags.
     pub(crate) fn validate(&self) -> Result<ServeSettings, String> {
-        let dirs: Vec<PathBuf> = paths_or_env(&self.dirs)?
-            .iter()
-            .map(|d| absolute(d))
-            .collect();
+        let discovery = self.discover.validate(self)?;
+        let dirs: Vec<PathBuf> = match discovery {
+            Some(_) => Vec::new(),
+            None => paths_or_env(&self.dirs)?
+                .iter()
+                .map(|d| absolute(d))
+                .collect(),
+        };
         let mut settings = serve_settings(
             dirs,
             &self.directories,
@@ -200,7 +206,63 @@ impl ServeFlags {
         settings.app.directory_warn_interval =
             timeout(self.warn_interval).unwrap_or(Duration::from_secs(u64::from(u32::MAX)));
         settings.push = self.push.validate()?;
+        settings.app.discovery = discovery;
         Ok(settings)
+    }
+}
+
+impl DiscoverFlags {
+    /// The discovery options with `--discover.processes` (`None` without),
+    /// checked against the other flags of `serve`.
+    pub(crate) fn validate(&self, serve: &ServeFlags) -> Result<Option<DiscoverOptions>, String> {
+        if !self.discover_processes {
+            return Ok(None);
+        }
+        let given_dirs = serve.dirs.iter().any(|d| !d.as_os_str().is_empty());
+        if given_dirs {
+            return Err("--discover.processes finds the metrics directories itself: drop --dir (and unset PROMETHEUS_MULTIPROC_DIR in its environment).".to_owned());
+        }
+        if serve.directories.subdirectories_label.is_some() {
+            return Err("--discover.processes labels each directory with its pod: it cannot be combined with --dir.subdirectories-label.".to_owned());
+        }
+        if serve.directories.compact_dead_writers {
+            return Err("--discover.processes never writes into the directories it finds: it cannot be combined with --dir.compact-dead-writers.".to_owned());
+        }
+        if self.discover_interval.is_zero() {
+            return Err("--discover.interval must be more than 0.".to_owned());
+        }
+        let mut names: Vec<(&str, String)> = Vec::new();
+        let mut label = |flag: &'static str, value: &str| -> Result<Option<Arc<str>>, String> {
+            if value.is_empty() {
+                return Ok(None);
+            }
+            if let Some(problem) = label_name_problem(value) {
+                return Err(format!("Invalid --discover.{flag} {value:?}: {problem}."));
+            }
+            if let Some((other, _)) = names.iter().find(|(_, v)| *v == value) {
+                return Err(format!(
+                    "--discover.{flag} and --discover.{other} are both {value:?}: each label needs its own name."
+                ));
+            }
+            names.push((flag, value.to_owned()));
+            Ok(Some(Arc::from(value)))
+        };
+        let labels = DiscoverLabels {
+            namespace: label("namespace-label", &self.discover_namespace_label)?,
+            pod: label("pod-label", &self.discover_pod_label)?,
+            container: label("container-label", &self.discover_container_label)?,
+            pod_uid: label(
+                "pod-uid-label",
+                self.discover_pod_uid_label.as_deref().unwrap_or(""),
+            )?,
+        };
+        Ok(Some(DiscoverOptions {
+            pod_log_dir: (!self.discover_pod_log_dir.as_os_str().is_empty())
+                .then(|| absolute(&self.discover_pod_log_dir)),
+            interval: self.discover_interval,
+            linger: self.discover_linger,
+            labels,
+        }))
     }
 }
 
@@ -239,6 +301,7 @@ pub(crate) fn serve_settings(
             },
             config_path: loaded.path,
             config: loaded.config,
+            discovery: None,
         },
         config_bytes: loaded.bytes,
         listen_addresses: if web.listen_addresses.is_empty() {

@@ -1,5 +1,6 @@
 //! The pipeline shared by `dump` and `serve`: collect (a set of directories
-//! and files, or a parent's subdirectories as one pod each), transform,
+//! and files, a parent's subdirectories as one pod each, or every directory
+//! discovered through `/proc` as one pod and container each), transform,
 //! encode.
 //!
 //! ```text
@@ -13,7 +14,9 @@
 
 mod collector;
 pub mod compaction;
+pub mod discovered;
 pub mod lifecycle;
+pub mod parts;
 pub mod per_writer;
 pub mod subdirectories;
 
@@ -30,6 +33,7 @@ use crate::source::{Input, MemoryBudget};
 use crate::transform::combine::Conflict;
 use crate::transform::config::Config;
 use crate::transform::{self, Collision};
+use discovered::{DiscoverOptions, DiscoveredReader, DiscoveryReport};
 use subdirectories::SubdirectoryReader;
 
 /// Where the pipeline reads from.
@@ -48,6 +52,8 @@ enum Kind {
     Inputs(Box<Collector>),
     /// Every subdirectory of the inputs (parents), labelled.
     Subdirectories(SubdirectoryReader),
+    /// Every directory discovered through `/proc`, labelled with its pod.
+    Discovered(Box<DiscoveredReader>),
 }
 
 /// Something operators should hear about that is not a bad file (bad files
@@ -74,6 +80,9 @@ pub enum Event {
     /// writer's of the same name, and is left out ([`Conflict::part`] is the
     /// writer).
     WriterConflict(Conflict),
+    /// Discovered directories disagree about a family's type or help
+    /// ([`Conflict::part`] names the part: `namespace/pod/container`).
+    DiscoveredConflict(Conflict),
 }
 
 /// The result of one [`Source::collect`].
@@ -86,6 +95,8 @@ pub struct Gathered {
     pub events: Vec<Event>,
     /// With subdirectories: how many were read.
     pub subdirectories: Option<usize>,
+    /// With `--discover.processes`: what discovery did and found.
+    pub discovery: Option<DiscoveryReport>,
 }
 
 impl Source {
@@ -112,6 +123,18 @@ impl Source {
             memory_budget: None,
             writer_policy: WriterPolicy::exact(),
             kind,
+        }
+    }
+
+    /// A source reading every directory discovered through `/proc` (see
+    /// [`discovered`]), following no symbolic link in them.
+    pub fn discovered(options: DiscoverOptions) -> Self {
+        Self {
+            inputs: Vec::new(),
+            link_policy: LinkPolicy::NoLinks,
+            memory_budget: None,
+            writer_policy: WriterPolicy::exact(),
+            kind: Kind::Discovered(Box::new(DiscoveredReader::new(options))),
         }
     }
 
@@ -144,6 +167,10 @@ impl Source {
                 reader.set_memory_budget(budget);
                 reader.set_writer_policy(self.writer_policy);
             }
+            Kind::Discovered(reader) => {
+                reader.parts().set_memory_budget(budget);
+                reader.parts().set_writer_policy(self.writer_policy);
+            }
         }
     }
 
@@ -153,6 +180,7 @@ impl Source {
         match &mut self.kind {
             Kind::Inputs(collector) => collector.set_per_writer(config),
             Kind::Subdirectories(reader) => reader.set_per_writer(config),
+            Kind::Discovered(reader) => reader.set_per_writer(config),
         }
     }
 
@@ -166,12 +194,18 @@ impl Source {
         matches!(self.kind, Kind::Subdirectories(_))
     }
 
+    /// Whether the directories are discovered (`--discover.processes`).
+    pub fn discovers(&self) -> bool {
+        matches!(self.kind, Kind::Discovered(_))
+    }
+
     /// Has the next collection check this file with `stat` before trusting
     /// its map (see [`crate::source::Reader::recheck`]).
     pub fn recheck(&mut self, path: &Path) {
         match &mut self.kind {
             Kind::Inputs(collector) => collector.recheck(path),
             Kind::Subdirectories(reader) => reader.recheck(path),
+            Kind::Discovered(reader) => reader.parts().recheck(path),
         }
     }
 
@@ -180,11 +214,17 @@ impl Source {
         match &mut self.kind {
             Kind::Inputs(collector) => collector.recheck_all(),
             Kind::Subdirectories(reader) => reader.recheck_all(),
+            Kind::Discovered(reader) => reader.parts().recheck_all(),
         }
     }
 
     /// Forgets everything cached (after a bug made a collection panic).
+    /// Discovered directories stay open (their writers may be gone).
     pub fn reset(&mut self) {
+        if let Kind::Discovered(reader) = &mut self.kind {
+            reader.reset(self.memory_budget.clone(), self.writer_policy);
+            return;
+        }
         if let Kind::Inputs(collector) = &mut self.kind {
             collector.release_budget();
         }
@@ -200,6 +240,7 @@ impl Source {
                 reader.label(),
                 self.link_policy,
             )),
+            Kind::Discovered(_) => return,
         };
         self.apply_budget();
     }
@@ -225,6 +266,7 @@ impl Source {
                     collection,
                     events,
                     subdirectories: None,
+                    discovery: None,
                 }
             }
             Kind::Subdirectories(reader) => {
@@ -250,6 +292,26 @@ impl Source {
                     collection: result.collection,
                     events,
                     subdirectories: Some(result.subdirectories),
+                    discovery: None,
+                }
+            }
+            Kind::Discovered(reader) => {
+                let result = reader.collect();
+                let mut parts = result.parts;
+                let events = (parts.conflicts.into_iter().map(Event::DiscoveredConflict))
+                    .chain(
+                        parts
+                            .writer_conflicts
+                            .into_iter()
+                            .map(Event::WriterConflict),
+                    )
+                    .chain(ray_logs_event(&mut parts.collection))
+                    .collect();
+                Gathered {
+                    collection: parts.collection,
+                    events,
+                    subdirectories: None,
+                    discovery: Some(result.report),
                 }
             }
         }

@@ -22,17 +22,17 @@
 //! collection on; the reader of one that disappears is dropped (closing its
 //! files). `*.db` files directly in a parent are not read.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::pipeline::lifecycle::WriterReport;
-use crate::pipeline::{CollectStats, Collection, Collector};
+use crate::pipeline::parts::{PartReaders, PartSpec};
+use crate::pipeline::{CollectStats, Collection};
 use crate::source::link_policy::LinkPolicy;
 use crate::source::writers::WriterPolicy;
 use crate::source::{Input, MemoryBudget, Problem, SkipReason};
-use crate::transform::combine::{combine, Conflict, Part};
+use crate::transform::combine::Conflict;
 use crate::transform::config::PerWriter as PerWriterConfig;
 
 /// Reads every subdirectory of the parents as its own metrics directory.
@@ -40,16 +40,9 @@ use crate::transform::config::PerWriter as PerWriterConfig;
 pub struct SubdirectoryReader {
     parents: Vec<PathBuf>,
     label: Arc<str>,
-    /// Which symbolic links the subdirectories' readers follow.
-    link_policy: LinkPolicy,
-    /// One reader per subdirectory seen at the last collection.
-    readers: BTreeMap<PathBuf, Collector>,
-    /// The memory budget the readers share, if any.
-    memory_budget: Option<Arc<MemoryBudget>>,
-    /// What the readers do about writers.
-    writer_policy: WriterPolicy,
-    /// The label of each writer's own series, when writers are served apart.
-    per_writer: Option<PerWriterConfig>,
+    /// One reader per subdirectory seen at the last collection (see
+    /// [`super::parts`]).
+    parts: PartReaders<PathBuf>,
 }
 
 /// The result of one [`SubdirectoryReader::collect`].
@@ -82,43 +75,29 @@ impl SubdirectoryReader {
         Self {
             parents,
             label: label.into(),
-            link_policy,
-            readers: BTreeMap::new(),
-            memory_budget: None,
-            writer_policy: WriterPolicy::exact(),
-            per_writer: None,
+            parts: PartReaders::new(link_policy),
         }
     }
 
-    /// [`Collector::set_per_writer`] for every subdirectory's reader.
+    /// [`crate::pipeline::Collector::set_per_writer`] for every
+    /// subdirectory's reader.
     pub fn set_per_writer(&mut self, config: Option<&PerWriterConfig>) {
-        for reader in self.readers.values_mut() {
-            reader.set_per_writer(config);
-        }
-        self.per_writer = config.cloned();
+        self.parts.set_per_writer(config);
     }
 
     /// Applies `policy` to every subdirectory's reader.
     pub fn set_writer_policy(&mut self, policy: WriterPolicy) {
-        for reader in self.readers.values_mut() {
-            reader.set_writer_policy(policy);
-        }
-        self.writer_policy = policy;
+        self.parts.set_writer_policy(policy);
     }
 
     /// Shares `budget` with every subdirectory's reader.
     pub fn set_memory_budget(&mut self, budget: Option<Arc<MemoryBudget>>) {
-        for reader in self.readers.values_mut() {
-            reader.set_memory_budget(budget.clone());
-        }
-        self.memory_budget = budget;
+        self.parts.set_memory_budget(budget);
     }
 
     /// Withdraws every subdirectory reader's charge from the budget.
     pub fn release_budget(&mut self) {
-        for reader in self.readers.values_mut() {
-            reader.release_budget();
-        }
+        self.parts.release_budget();
     }
 
     /// The parent directories.
@@ -131,37 +110,40 @@ impl SubdirectoryReader {
         self.label.clone()
     }
 
-    /// [`Collector::recheck`] for a file of one of the subdirectories.
+    /// [`crate::pipeline::Collector::recheck`] for a file of one of the
+    /// subdirectories.
     pub fn recheck(&mut self, path: &Path) {
-        if let Some(reader) = path.parent().and_then(|dir| self.readers.get_mut(dir)) {
-            reader.recheck(path);
+        if let Some(dir) = path.parent() {
+            self.parts.recheck_part(&dir.to_path_buf(), path);
         }
     }
 
-    /// [`Collector::recheck_all`] for every subdirectory.
+    /// [`crate::pipeline::Collector::recheck_all`] for every subdirectory.
     pub fn recheck_all(&mut self) {
-        for reader in self.readers.values_mut() {
-            reader.recheck_all();
-        }
+        self.parts.recheck_all();
     }
 
     /// Lists the subdirectories, reads and merges each, and combines them.
     pub fn collect(&mut self) -> SubdirectoryCollection {
         let mut out = SubdirectoryCollection::default();
         let mut problems = Vec::new();
-        let mut stats = CollectStats::default();
-        let mut writers = WriterReport::default();
-        let mut writer_conflicts = Vec::new();
-        let mut ray_logs_unreadable = None;
-        let mut subdirectories: Vec<(Arc<str>, PathBuf)> = Vec::new();
+        let mut parents = CollectStats::default();
+        let mut subdirectories: Vec<PartSpec<PathBuf>> = Vec::new();
         let mut names: HashSet<OsString> = HashSet::new();
         for parent in &self.parents {
             match list_subdirectories(parent) {
                 Ok(found) => {
-                    stats.directories_present += 1;
+                    parents.directories_present += 1;
                     for (name, path) in found {
                         if names.insert(name.clone()) {
-                            subdirectories.push((name.to_string_lossy().into(), path));
+                            let value: Arc<str> = name.to_string_lossy().into();
+                            subdirectories.push(PartSpec {
+                                key: path.clone(),
+                                name: value.clone(),
+                                labels: vec![(self.label.clone(), value)],
+                                inputs: vec![Input::Directory(path)],
+                                shown_as: Vec::new(),
+                            });
                         } else {
                             out.duplicates.push(path);
                         }
@@ -169,7 +151,7 @@ impl SubdirectoryReader {
                 }
                 Err(reason) => {
                     if reason == SkipReason::DirectoryMissing {
-                        stats.directories_missing += 1;
+                        parents.directories_missing += 1;
                     }
                     problems.push(Problem {
                         path: parent.clone(),
@@ -180,54 +162,19 @@ impl SubdirectoryReader {
         }
 
         out.subdirectories = subdirectories.len();
-        let mut previous = std::mem::take(&mut self.readers);
-        let mut parts = Vec::with_capacity(subdirectories.len());
-        for (value, path) in subdirectories {
-            let mut reader = match previous.remove(&path) {
-                Some(reader) => reader,
-                None => {
-                    out.appeared.push(path.clone());
-                    let mut reader = Collector::with_link_policy(self.link_policy);
-                    reader.set_memory_budget(self.memory_budget.clone());
-                    reader.set_writer_policy(self.writer_policy);
-                    reader.set_per_writer(self.per_writer.as_ref());
-                    reader
-                }
-            };
-            let collection = reader.collect(&[Input::Directory(path.clone())]);
-            add_stats(&mut stats, &collection.stats);
-            writers.add(&collection.writers);
-            problems.extend(collection.problems);
-            writer_conflicts.extend(collection.conflicts);
-            ray_logs_unreadable = ray_logs_unreadable.or(collection.ray_logs_unreadable);
-            parts.push(Part {
-                value,
-                families: collection.families,
-            });
-            self.readers.insert(path, reader);
-        }
-        out.disappeared = previous
-            .into_iter()
-            .map(|(path, mut reader)| {
-                reader.release_budget();
-                path
-            })
-            .collect();
-
-        let combined = combine(&self.label, parts);
-        out.collection = Collection {
-            families: combined.families,
-            problems,
-            stats,
-            writers,
-            conflicts: Vec::new(),
-            ray_logs_unreadable,
-            // Always merged anew: never `unchanged`.
-            merged_id: 0,
-            unchanged: false,
-        };
-        out.conflicts = combined.conflicts;
-        out.writer_conflicts = writer_conflicts;
+        let parts = self.parts.collect(subdirectories);
+        let mut collection = parts.collection;
+        // The directories counted are the parents.
+        collection.stats.directories_present = parents.directories_present;
+        collection.stats.directories_missing = parents.directories_missing;
+        collection.stats.directories_unreadable = 0;
+        problems.extend(collection.problems);
+        collection.problems = problems;
+        out.collection = collection;
+        out.conflicts = parts.conflicts;
+        out.writer_conflicts = parts.writer_conflicts;
+        out.appeared = parts.appeared;
+        out.disappeared = parts.disappeared;
         out
     }
 }
@@ -250,14 +197,4 @@ fn list_subdirectories(parent: &Path) -> Result<Vec<(OsString, PathBuf)>, SkipRe
         .collect();
     found.sort();
     Ok(found)
-}
-
-/// Adds the per-file statistics of one subdirectory's collection.
-fn add_stats(total: &mut CollectStats, one: &CollectStats) {
-    total.files_listed += one.files_listed;
-    total.files_merged += one.files_merged;
-    total.records += one.records;
-    total.bytes_read += one.bytes_read;
-    total.keys_decoded += one.keys_decoded;
-    total.replanned |= one.replanned;
 }

@@ -21,6 +21,7 @@
 //! exists.
 
 mod api;
+mod discover;
 mod http;
 mod scrape;
 mod status_page;
@@ -125,6 +126,9 @@ pub struct Settings {
     pub config_path: Option<PathBuf>,
     /// The configuration in force at start.
     pub config: Config,
+    /// With `--discover.processes`: the directories are found through
+    /// `/proc` (`dirs` is then empty).
+    pub discovery: Option<crate::pipeline::discovered::DiscoverOptions>,
 }
 
 impl AppState {
@@ -139,9 +143,18 @@ impl AppState {
         if settings.subdirectories_label.is_some() {
             self_metrics.register_subdirectory_metrics();
         }
+        if settings.discovery.is_some() {
+            self_metrics.discovery.register();
+        }
         self_metrics.observe_initial_config();
-        Self(Arc::new(Shared {
-            scraper: scrape::Scraper::new(
+        let scraper = match settings.discovery {
+            Some(options) => scrape::Scraper::with_source(
+                crate::pipeline::Source::discovered(options),
+                settings.memory_budget,
+                settings.writer_policy,
+                settings.dead_files_warning,
+            ),
+            None => scrape::Scraper::new(
                 &settings.dirs,
                 settings.subdirectories_label,
                 settings.link_policy,
@@ -149,6 +162,9 @@ impl AppState {
                 settings.writer_policy,
                 settings.dead_files_warning,
             ),
+        };
+        Self(Arc::new(Shared {
+            scraper,
             dirs: settings.dirs,
             telemetry_path: settings.telemetry_path,
             exporter_metrics: settings.exporter_metrics,
@@ -524,6 +540,7 @@ pub async fn serve(settings: ServeSettings) -> ExitCode {
     };
     let config_path = settings.config_path.clone();
     let telemetry_path = settings.telemetry_path.clone();
+    let discovery = settings.discovery.clone();
     let state = AppState::with_self_metrics(settings, self_metrics);
     if let Some(bytes) = config_bytes {
         state.0.remember_config_bytes(bytes);
@@ -547,8 +564,13 @@ pub async fn serve(settings: ServeSettings) -> ExitCode {
         web_config = %shown(&web_config_path),
         tls = web.tls_enabled(),
         basic_auth = !web.current().users.is_empty(),
+        discover_processes = discovery.is_some(),
         "Starting multiproc-exporter."
     );
+    if let Some(options) = &discovery {
+        discover::log_start(options);
+        discover::log_privileges(crate::source::discover::Privileges::current());
+    }
 
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let pusher = match push_settings {
@@ -564,6 +586,8 @@ pub async fn serve(settings: ServeSettings) -> ExitCode {
         }
     };
     let watcher = tokio::spawn(watch::run(state.0.clone(), shutdown_rx.clone()));
+    let discoverer = discovery
+        .map(|d| tokio::spawn(discover::run(state.0.clone(), d.interval, shutdown_rx.clone())));
     let web_watcher = tokio::spawn(web.clone().watch(shutdown_rx.clone()));
     let metrics = web.metrics().clone();
     let scrape_limit =
@@ -624,6 +648,9 @@ pub async fn serve(settings: ServeSettings) -> ExitCode {
         let _ = pusher.await;
     }
     let _ = watcher.await;
+    if let Some(discoverer) = discoverer {
+        let _ = discoverer.await;
+    }
     let _ = web_watcher.await;
     tracing::info!("Stopped.");
     code
@@ -682,6 +709,7 @@ mod tests {
             directory_warn_interval: Duration::from_secs(60),
             config_path: None,
             config: Config::default(),
+            discovery: None,
         })
     }
 

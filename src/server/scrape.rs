@@ -268,10 +268,23 @@ impl Scraper {
         dead_files_warning: usize,
     ) -> Self {
         let inputs: Vec<Input> = dirs.iter().cloned().map(Input::Directory).collect();
+        let source = Source::new(inputs, subdirectories_label, link_policy);
+        Self::with_source(source, memory_budget, writer_policy, dead_files_warning)
+    }
+
+    /// A scraper reading `source` (such as one that discovers its
+    /// directories: [`Source::discovered`]).
+    pub(crate) fn with_source(
+        source: Source,
+        memory_budget: Option<Arc<MemoryBudget>>,
+        writer_policy: WriterPolicy,
+        dead_files_warning: usize,
+    ) -> Self {
+        let inputs = source.inputs().to_vec();
         Self {
-            reads_subdirectories: subdirectories_label.is_some(),
+            reads_subdirectories: source.reads_subdirectories(),
             state: Mutex::new(ScrapeState {
-                source: Source::new(inputs.clone(), subdirectories_label, link_policy)
+                source: source
                     .with_memory_budget(memory_budget)
                     .with_writer_policy(writer_policy),
                 reporter: Reporter::new(dead_files_warning),
@@ -627,8 +640,9 @@ impl Scraper {
     }
 
     /// Whether at least one directory exists now.
+    /// (With discovered directories, none is awaited: always.)
     pub(crate) fn any_directory_exists(&self) -> bool {
-        self.inputs.iter().any(|i| i.path().is_dir())
+        self.inputs.is_empty() || self.inputs.iter().any(|i| i.path().is_dir())
     }
 }
 

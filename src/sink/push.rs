@@ -343,6 +343,7 @@ mod tests {
             directory_warn_interval: Duration::from_secs(60),
             config_path: None,
             config: Config::default(),
+            discovery: None,
         })
         .0
     }

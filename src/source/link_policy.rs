@@ -18,6 +18,15 @@
 //! and the open are separate system calls, so a link swapped in that window
 //! can be followed once; the next collection checks it again. Files named
 //! explicitly (`dump FILE`) are not directory entries and are always followed.
+//!
+//! [`LinkPolicy::NoLinks`] follows no link at all, not even one pointing
+//! inside: the policy of directories read through another process's mount
+//! namespace (`serve --discover.processes`, [`crate::source::discover`]),
+//! where a link's absolute target would resolve in the exporter's file system,
+//! not the writer's, and `realpath` cannot tell inside from outside. Every
+//! link is left out with the reason [`SkipReason::LinkOutsideDirectory`], and
+//! the reader opens files with `O_NOFOLLOW`, so a regular file swapped for a
+//! link between the listing and the open is not followed either.
 
 use std::path::{Path, PathBuf};
 
@@ -32,6 +41,8 @@ pub enum LinkPolicy {
     InsideDirectory,
     /// Follow every link, wherever it points (prometheus_client's behaviour).
     Anywhere,
+    /// Follow no link (directories of other mount namespaces).
+    NoLinks,
 }
 
 /// Checks the symbolic links of one directory listing against a policy;
@@ -57,8 +68,10 @@ impl<'a> LinkCheck<'a> {
     /// `Err` if `link`, a symbolic link listed in the directory, must not be
     /// followed.
     pub(crate) fn check(&mut self, link: &Path) -> Result<(), SkipReason> {
-        if self.policy == LinkPolicy::Anywhere {
-            return Ok(());
+        match self.policy {
+            LinkPolicy::Anywhere => return Ok(()),
+            LinkPolicy::NoLinks => return Err(SkipReason::LinkOutsideDirectory),
+            LinkPolicy::InsideDirectory => {}
         }
         // Unresolvable: the read fails the same way and reports why.
         let Ok(target) = std::fs::canonicalize(link) else {
@@ -122,5 +135,13 @@ mod tests {
         let mut anywhere = LinkCheck::new(&dir, LinkPolicy::Anywhere);
         assert_eq!(anywhere.check(&dir.join("sibling.db")), Ok(()));
         assert_eq!(anywhere.check(&dir.join("device.db")), Ok(()));
+        let mut none = LinkCheck::new(&dir, LinkPolicy::NoLinks);
+        for any in ["relative.db", "absolute.db", "sibling.db", "dangling.db"] {
+            assert_eq!(
+                none.check(&dir.join(any)),
+                Err(SkipReason::LinkOutsideDirectory),
+                "{any}"
+            );
+        }
     }
 }

@@ -497,7 +497,17 @@ impl Reader {
         // `stat` first: it follows links like `open`, rules out FIFOs and
         // directories without opening them, and tells whether the descriptor
         // kept from the last collection still belongs to this path.
-        let meta = std::fs::metadata(path).map_err(io_reason)?;
+        // Following no link: the path itself, opened with `O_NOFOLLOW`.
+        let no_links = self.link_policy == LinkPolicy::NoLinks;
+        let meta = if no_links {
+            std::fs::symlink_metadata(path)
+        } else {
+            std::fs::metadata(path)
+        }
+        .map_err(io_reason)?;
+        if no_links && meta.file_type().is_symlink() {
+            return Err(SkipReason::LinkOutsideDirectory);
+        }
         if !meta.file_type().is_file() {
             return Err(SkipReason::NotRegularFile);
         }
@@ -507,7 +517,7 @@ impl Reader {
                 prefix: name.type_prefix,
             }));
         }
-        let file = open_read_only(path)?;
+        let file = open_read_only(path, no_links)?;
         // The path may have been replaced since `stat`: trust the descriptor.
         let meta = file.metadata().map_err(io_reason)?;
         if !meta.file_type().is_file() {
@@ -886,12 +896,18 @@ fn birth(meta: &std::fs::Metadata) -> (i64, i64) {
     }
 }
 
-fn open_read_only(path: &Path) -> Result<File, SkipReason> {
+/// Opens `path` for reading; with `no_follow`, a link is refused
+/// (`O_NOFOLLOW`: `ELOOP`), as [`LinkPolicy::NoLinks`] asks.
+fn open_read_only(path: &Path, no_follow: bool) -> Result<File, SkipReason> {
+    let follow = if no_follow { libc::O_NOFOLLOW } else { 0 };
     OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | follow)
         .open(path)
-        .map_err(io_reason)
+        .map_err(|e| match io_reason(e) {
+            SkipReason::LinkLoop if no_follow => SkipReason::LinkOutsideDirectory,
+            reason => reason,
+        })
 }
 
 fn io_reason(e: io::Error) -> SkipReason {

@@ -12,7 +12,10 @@
 //! [`combine`] takes the parts in the order to serve them (the caller sorts
 //! them by label value) and:
 //!
-//! 1. adds the label `NAME="<part's value>"` to every sample, with
+//! 1. adds the label `NAME="<part's value>"` to every sample (with
+//!    [`combine_labelled`], each part's set of labels: a discovered pod's
+//!    `namespace`, `pod` and `container`, see
+//!    [`crate::pipeline::discovered`]), with
 //!    [`crate::transform::with_constant_labels`], so a sample that already has
 //!    a label of that name keeps it as `exported_<name>`;
 //! 2. puts families of the same name from different parts into one family,
@@ -87,22 +90,50 @@ pub struct Combined {
     pub conflicts: Vec<Conflict>,
 }
 
+/// One directory's merged families and the labels that identify it (several:
+/// a discovered pod's `namespace`, `pod` and `container`).
+#[derive(Debug, Clone)]
+pub struct LabelledPart {
+    /// How conflicts name the part (`namespace/pod/container`, say).
+    pub name: Arc<str>,
+    /// The labels added to every sample of the part (none may repeat a name).
+    pub labels: Vec<Label>,
+    /// The directory's families, merged on their own.
+    pub families: Vec<MetricFamily>,
+}
+
 /// Combines `parts` (in the order given) into one list of families, each
 /// sample labelled `label_name="<its part's value>"`.
 pub fn combine(label_name: &Arc<str>, parts: Vec<Part>) -> Combined {
+    combine_labelled(
+        parts
+            .into_iter()
+            .map(|part| LabelledPart {
+                labels: vec![(label_name.clone(), part.value.clone())],
+                name: part.value,
+                families: part.families,
+            })
+            .collect(),
+    )
+}
+
+/// [`combine`] with a set of labels per part: each sample gets its part's
+/// labels (as constant labels: one it has already keeps its value as
+/// `exported_<name>`), and conflicts name the part by [`LabelledPart::name`].
+pub fn combine_labelled(parts: Vec<LabelledPart>) -> Combined {
     let mut families: Vec<MetricFamily> = Vec::new();
     // Family name → (index in `families`, the part it was first seen in).
     let mut seen: HashMap<Arc<str>, (usize, Arc<str>)> = HashMap::new();
     let mut conflicts = Vec::new();
     for part in parts {
-        let constant: [Label; 1] = [(label_name.clone(), part.value.clone())];
+        let constant = &part.labels[..];
         for mut family in part.families {
             for sample in &mut family.samples {
-                sample.labels = with_constant_labels(&sample.labels, &constant);
+                sample.labels = with_constant_labels(&sample.labels, constant);
             }
             match seen.get(&family.name) {
                 None => {
-                    seen.insert(family.name.clone(), (families.len(), part.value.clone()));
+                    seen.insert(family.name.clone(), (families.len(), part.name.clone()));
                     families.push(family);
                 }
                 Some((index, first_part)) => {
@@ -117,7 +148,7 @@ pub fn combine(label_name: &Arc<str>, parts: Vec<Part>) -> Combined {
                     if let Some(reason) = reason {
                         conflicts.push(Conflict {
                             family: family.name.clone(),
-                            part: part.value.clone(),
+                            part: part.name.clone(),
                             kept_from: first_part.clone(),
                             reason,
                         });
@@ -342,5 +373,43 @@ mod tests {
             vec![part("a", vec![unset()]), part("b", vec![unset()])],
         );
         assert_eq!(text(&out.families), "# HELP g G.\n# TYPE g gauge\n");
+    }
+
+    #[test]
+    fn several_labels_per_part() {
+        let g = |v: f64| {
+            vec![family(
+                "g",
+                MetricType::Gauge,
+                "G.",
+                &[("g", &[("pod", "inner")], v)],
+            )]
+        };
+        let labels = |pod: &str| -> Vec<Label> {
+            vec![
+                ("namespace".into(), "llm".into()),
+                ("pod".into(), pod.into()),
+                ("container".into(), "vllm".into()),
+            ]
+        };
+        let out = combine_labelled(vec![
+            LabelledPart {
+                name: "llm/a/vllm".into(),
+                labels: labels("a"),
+                families: g(1.0),
+            },
+            LabelledPart {
+                name: "llm/b/vllm".into(),
+                labels: labels("b"),
+                families: vec![family("g", MetricType::Counter, "G.", &[])],
+            },
+        ]);
+        assert_eq!(
+            text(&out.families),
+            "# HELP g G.\n# TYPE g gauge\n\
+             g{container=\"vllm\",exported_pod=\"inner\",namespace=\"llm\",pod=\"a\"} 1.0\n"
+        );
+        assert_eq!(&*out.conflicts[0].part, "llm/b/vllm");
+        assert_eq!(&*out.conflicts[0].kept_from, "llm/a/vllm");
     }
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::pipeline::lifecycle::WriterReport;
 use crate::pipeline::{Event, Gathered};
+use crate::server::telemetry::discovery::DiscoveryLog;
 use crate::server::telemetry::self_metrics::{SelfMetrics, DUPLICATE_NAME};
 use crate::source::writers::Visibility;
 use crate::source::{Problem, SkipReason};
@@ -33,6 +34,8 @@ pub(crate) struct Reporter {
     conflicts: HashSet<LoggedConflict>,
     /// Renaming collisions and self-metric clashes already logged.
     collisions: HashSet<(Arc<str>, Arc<str>)>,
+    /// What discovery logged (`--discover.processes`).
+    discovery: DiscoveryLog,
 }
 
 impl Reporter {
@@ -68,6 +71,12 @@ impl Reporter {
             );
             if let Some(subdirectories) = gathered.subdirectories {
                 m.observe_subdirectories(subdirectories, &conflicts);
+            }
+        }
+        if let Some(report) = &gathered.discovery {
+            self.discovery.observe(report);
+            if let Some(m) = metrics {
+                m.discovery.observe(report, &conflicts);
             }
         }
     }
@@ -222,6 +231,25 @@ impl Reporter {
                             kept_from = %conflict.kept_from,
                             reason_label = label,
                             "Subdirectories disagree about a metric family; keeping the first one's type and help."
+                        );
+                    }
+                    now.insert(key);
+                    conflicts.push(label);
+                }
+                Event::DiscoveredConflict(conflict) => {
+                    let label = conflict.reason.label();
+                    let key: LoggedConflict = (
+                        conflict.family.clone(),
+                        format!("discovered {}", conflict.part).into(),
+                        label,
+                    );
+                    if !self.conflicts.contains(&key) {
+                        tracing::warn!(
+                            family = %conflict.family,
+                            part = %conflict.part,
+                            kept_from = %conflict.kept_from,
+                            reason_label = label,
+                            "Discovered directories disagree about a metric family; keeping the first one's type and help."
                         );
                     }
                     now.insert(key);

@@ -27,6 +27,7 @@ use crate::source::{Problem, SkipReason};
 
 use crate::model::family_list::FamilyList;
 use crate::pipeline::lifecycle::WriterReport;
+use crate::server::telemetry::discovery::DiscoveryMetrics;
 use crate::server::telemetry::web_metrics::WebMetrics;
 use crate::server::telemetry::writer_metrics::WriterMetrics;
 use crate::sink::metrics::PushMetrics;
@@ -65,6 +66,8 @@ pub(crate) struct SelfMetrics {
     writers: WriterMetrics,
     /// Pushing (`--push.*`; present only when it is on).
     pub(crate) push: PushMetrics,
+    /// Discovery (`--discover.processes`; present only when it is on).
+    pub(crate) discovery: DiscoveryMetrics,
     /// The exporter's own process values and when they were read: read
     /// again at most once every [`PROCESS_SAMPLE_INTERVAL`], as the
     /// writers' are (the endpoint picker's 20 Hz polls would otherwise read
@@ -114,6 +117,7 @@ impl SelfMetrics {
             web: WebMetrics::new(),
             writers: WriterMetrics::default(),
             push: PushMetrics::default(),
+            discovery: DiscoveryMetrics::default(),
             own_process: std::sync::Mutex::default(),
         };
         for reason in skip_reasons() {
@@ -339,6 +343,7 @@ impl SelfMetrics {
                 &[(Labels::default(), own)],
             ));
         }
+        self.discovery.add_families(p, &mut out);
         out.into_families()
     }
 

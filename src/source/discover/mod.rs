@@ -14,7 +14,9 @@
 //! ([`cgroup`]) and the kubelet's log tree ([`pods`]), and drops a target
 //! once its pod is gone.
 //!
-//! What the caller does (phase 2, `serve --discover.processes`):
+//! What the caller does (`serve --discover.processes`:
+//! [`crate::pipeline::discovered`]; [`privileges`] says which capabilities
+//! the scan and the reads need, and which this process lacks):
 //!
 //! ```no_run
 //! use multiproc_exporter::source::discover::{Discovery, DiscoveryOptions, PodLogs};
@@ -58,11 +60,13 @@
 
 pub mod cgroup;
 pub mod pods;
+pub mod privileges;
 pub mod retain;
 pub mod scan;
 mod tracker;
 
 pub use pods::PodLogs;
+pub use privileges::Privileges;
 pub use retain::{Decision, DirId, DropReason, Retention};
 pub use scan::{scan, Holder, Scan, Sighting};
 pub use tracker::{Discovery, DiscoveryOptions, Location, PodRef, Problem, Refresh, Target};
