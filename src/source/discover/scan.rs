@@ -15,8 +15,9 @@
 //! is the tracker's question; it compares the directories' identities.
 //!
 //! The exporter's own process is left out. A process whose descriptors
-//! cannot be listed (`EACCES`: another user's process without
-//! `CAP_SYS_PTRACE`) is not an error: its pid is listed in
+//! cannot be listed or read (`EACCES`: another user's process without
+//! `CAP_DAC_READ_SEARCH` or `CAP_SYS_PTRACE`, see [`super::privileges`]) is
+//! not an error: its pid is listed in
 //! [`Scan::unreadable`] for the caller to log and count. A process that exits
 //! during the scan is skipped.
 
@@ -221,8 +222,12 @@ fn held_files(
         let Ok(entry) = entry else { continue };
         *descriptors += 1;
         let fd = entry.path();
-        let Ok(target) = std::fs::read_link(&fd) else {
-            continue;
+        let target = match std::fs::read_link(&fd) {
+            Ok(target) => target,
+            // Listed but not readable (no `CAP_SYS_PTRACE` for another
+            // user's process): the process is unreadable, not empty.
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => return Err(e),
+            Err(_) => continue,
         };
         let Some((parent, name)) = multiprocess_file(&target) else {
             continue;

@@ -213,6 +213,9 @@ enum Verdict {
 #[derive(Debug, Default)]
 struct NamespaceTable {
     built: Option<Instant>,
+    /// When it was built, in wall-clock seconds since the Unix epoch (to
+    /// compare with file creation times).
+    built_wall: f64,
     /// Innermost pid -> pids as the exporter sees them (only processes whose
     /// innermost pid differs from the exporter's view).
     nested: HashMap<u32, Vec<u32>>,
@@ -466,6 +469,17 @@ impl Writers {
             candidates = self.candidates(pid, now, true);
             (holder, possible) = Self::weigh(&candidates, file);
         }
+        if holder.is_none()
+            && possible.is_none()
+            && self.namespaces.built_wall < file.born + START_SLACK_SECONDS
+        {
+            // The table of nested pid namespaces may predate the writer (a
+            // process started since in a pod, seen with hostPID): build it
+            // again before calling it dead (once per file born after it).
+            self.namespaces = NamespaceTable::build(self.self_pid, now);
+            candidates = self.candidates(pid, now, true);
+            (holder, possible) = Self::weigh(&candidates, file);
+        }
         if holder.is_some() && self.visibility == Visibility::Unconfirmed {
             self.visibility = Visibility::Confirmed;
         }
@@ -575,6 +589,9 @@ impl NamespaceTable {
         }
         Self {
             built: Some(now),
+            built_wall: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
             nested,
         }
     }
