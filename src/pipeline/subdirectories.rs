@@ -15,7 +15,8 @@
 //!
 //! [`SubdirectoryReader`] lists each parent's immediate subdirectories on
 //! every collection (in byte order of their names; names starting with `.`
-//! are skipped), reads and merges each with its own [`Collector`], exactly as
+//! are skipped), reads and merges each with its own
+//! [`Collector`](crate::pipeline::Collector) ([`super::parts`]), exactly as
 //! prometheus_client would merge that directory alone, and combines the
 //! results with [`crate::transform::combine`], labelling every sample with the
 //! subdirectory's name. Subdirectories that appear are read from the next

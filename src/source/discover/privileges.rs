@@ -3,7 +3,7 @@
 //!
 //! Measured with util-linux's `setpriv` (as `nobody` and as root with a
 //! reduced bounding set) against writers running as root and as another user
-//! (`tests/it/discover/serve.rs` runs the same cases through the exporter):
+//! (`tests/it/discover/privileges.rs` runs them through the exporter):
 //!
 //! | what | needs, for another user's process |
 //! | --- | --- |

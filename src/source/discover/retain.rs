@@ -14,7 +14,7 @@
 //! and keeps the descriptor ([`KeptDir`]): an open directory pins its mount,
 //! detached or not, and the directory stays readable through
 //! `/proc/self/fd/<n>/` ([`KeptDir::path`]) for as long as the descriptor is
-//! open, even after its mount namespace is gone (`tests/it/discover.rs` checks
+//! open, even after its mount namespace is gone (`tests/it/discover/` checks
 //! that with `unshare`). The descriptor also names the directory itself
 //! ([`DirId`], its device and inode), which tells two mount namespaces showing
 //! the same directory (a pod's containers sharing an `emptyDir`, a container
