@@ -542,6 +542,72 @@ mod tests {
     }
 
     #[test]
+    fn discovery_flags() {
+        use clap::Parser as _;
+        let flags = |args: &[&str]| {
+            let mut all = vec!["multiproc-exporter"];
+            all.extend_from_slice(args);
+            crate::cli::Cli::try_parse_from(all).unwrap().serve
+        };
+        let discover = |args: &[&str]| {
+            let serve = flags(args);
+            serve.discover.validate(&serve)
+        };
+        assert_eq!(discover(&[]), Ok(None));
+        let wrong = |args: &[&str], needle: &str| {
+            let error = discover(args).unwrap_err();
+            assert!(error.contains(needle), "{args:?}: {error}");
+        };
+        wrong(&["--discover.processes", "--dir", "/x"], "drop --dir");
+        let dirs_from_env = flags(&[]).dirs.iter().any(|d| !d.as_os_str().is_empty());
+        if dirs_from_env {
+            return; // PROMETHEUS_MULTIPROC_DIR is set here: every case is refused.
+        }
+        let options = discover(&[
+            "--discover.processes",
+            "--discover.pod-uid-label",
+            "pod_uid",
+            "--discover.namespace-label",
+            "",
+            "--discover.interval",
+            "30s",
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(options.labels.namespace, None);
+        assert_eq!(options.labels.pod.as_deref(), Some("pod"));
+        assert_eq!(options.labels.pod_uid.as_deref(), Some("pod_uid"));
+        assert_eq!(options.interval, Duration::from_secs(30));
+        assert_eq!(options.linger, Duration::from_secs(300));
+        assert_eq!(
+            options.pod_log_dir.as_deref(),
+            Some(Path::new("/var/log/pods"))
+        );
+        let none = discover(&["--discover.processes", "--discover.pod-log-dir", ""]);
+        assert_eq!(none.unwrap().unwrap().pod_log_dir, None);
+        wrong(
+            &["--discover.processes", "--dir.subdirectories-label", "pod"],
+            "--dir.subdirectories-label",
+        );
+        wrong(
+            &["--discover.processes", "--dir.compact-dead-writers"],
+            "--dir.compact-dead-writers",
+        );
+        wrong(
+            &["--discover.processes", "--discover.interval", "0"],
+            "--discover.interval",
+        );
+        wrong(
+            &["--discover.processes", "--discover.pod-label", "container"],
+            "each label needs its own name",
+        );
+        wrong(
+            &["--discover.processes", "--discover.container-label", "a-b"],
+            "--discover.container-label",
+        );
+    }
+
+    #[test]
     fn telemetry_path_validation() {
         assert!(validate_telemetry_path("/metrics").is_ok());
         assert!(validate_telemetry_path("/").is_ok());
