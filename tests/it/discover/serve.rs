@@ -13,7 +13,9 @@
 //!   exists, and leaves the output (no stale series) when it goes;
 //! * a directory the exporter may not read is logged and counted, and the
 //!   others are served;
-//! * several directories with the same labels are merged as one.
+//! * several directories with the same labels are merged as one;
+//! * the configuration (naming, `per_writer`, constant labels, filter)
+//!   applies to each discovered directory.
 //!
 //! Each test names its pods in a namespace of its own: the exporters of
 //! concurrent tests discover every test's pods.
@@ -593,17 +595,36 @@ fn a_directory_the_exporter_may_not_read_is_reported_and_the_others_served() {
     assert_eq!(missing[0]["missing"], "CAP_DAC_READ_SEARCH");
 }
 
-/// A process named `name` (a copy of `sleep`) holding `file` open
-/// read-write.
-fn holder(bin: &Path, file: &Path) -> Child {
+/// A process running `bin` (a copy of `sleep`, named as the caller wants
+/// its command) holding `files` open read-write.
+fn holder(bin: &Path, files: &[&Path]) -> Child {
+    let opens: String = (0..files.len())
+        .map(|i| format!("{}<>\"${}\" ", i + 3, i + 1))
+        .collect();
     Command::new("sh")
         .arg("-c")
-        .arg("exec 3<>\"$0\"; exec \"$1\" 600")
-        .arg(file)
+        .arg(format!("exec {opens}; exec \"$0\" 600"))
         .arg(bin)
+        .args(files)
         .stdin(Stdio::null())
         .spawn()
         .unwrap()
+}
+
+/// A copy of `sleep` in `dir` with a command name of its own.
+fn named_sleep(dir: &Path) -> (PathBuf, String) {
+    let name = format!("mpe{}", &hex(9));
+    let bin = dir.join(&name);
+    std::fs::copy("/bin/sleep", &bin).unwrap();
+    (bin, name)
+}
+
+/// Kills and reaps `children`.
+fn stop_all(children: &mut [Child]) {
+    for child in children {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
 }
 
 #[test]
@@ -613,15 +634,13 @@ fn directories_with_the_same_labels_are_merged_as_one() {
     }
     let tmp = tempfile::tempdir().unwrap();
     // A command name of its own: `process="<name>"` for both directories.
-    let name = format!("mpe{}", &hex(9));
-    let bin = tmp.path().join(&name);
-    std::fs::copy("/bin/sleep", &bin).unwrap();
+    let (bin, name) = named_sleep(tmp.path());
     let (one, two) = (tmp.path().join("one"), tmp.path().join("two"));
     std::fs::create_dir_all(&one).unwrap();
     std::fs::create_dir_all(&two).unwrap();
     let (file_one, _) = write_counter(&one, "7", 2.0);
     let (file_two, _) = write_counter(&two, "7", 5.0);
-    let mut holders = vec![holder(&bin, &file_one), holder(&bin, &file_two)];
+    let mut holders = vec![holder(&bin, &[&file_one]), holder(&bin, &[&file_two])];
     let exporter = Exporter::start(&[
         "--discover.processes",
         "--discover.pod-log-dir",
@@ -639,8 +658,50 @@ fn directories_with_the_same_labels_are_merged_as_one() {
         1,
         "{text}"
     );
-    for child in &mut holders {
-        let _ = child.kill();
-        let _ = child.wait();
+    stop_all(&mut holders);
+}
+
+#[test]
+fn the_configuration_applies_to_each_discovered_directory() {
+    if !privileged() {
+        return;
     }
+    let tmp = tempfile::tempdir().unwrap();
+    let (bin, name) = named_sleep(tmp.path());
+    let dir = tmp.path().join("metrics");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (seven, _) = write_counter(&dir, "7", 2.0);
+    let (eight, _) = write_counter(&dir, "8", 5.0);
+    let mut holders = vec![holder(&bin, &[&seven, &eight])];
+    let config = tmp.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "naming: ray\nper_writer: {}\nlabels: {cluster: c1}\nfilter:\n  include_prefixes: [\"vllm:\"]\n",
+    )
+    .unwrap();
+    let exporter = Exporter::start(&[
+        "--discover.processes",
+        "--discover.pod-log-dir",
+        "",
+        "--writers.liveness",
+        "off",
+        "--config",
+        config.to_str().unwrap(),
+        "--web.disable-exporter-metrics",
+    ]);
+    let series = |writer: &str| {
+        format!(
+            "ray_vllm_prompt_tokens_total{{WorkerId=\"{writer}\",cluster=\"c1\",model_name=\"m\",process=\"{name}\"}}"
+        )
+    };
+    let text = wait_for("the directory, configured", || {
+        let text = exporter.metrics();
+        (sample_value(&text, &series("8")) == Some(5.0)).then_some(text)
+    });
+    assert_eq!(sample_value(&text, &series("7")), Some(2.0), "{text}");
+    // Only what the filter lets through: every family is the directory's.
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        assert!(line.starts_with("ray_vllm_"), "{line}");
+    }
+    stop_all(&mut holders);
 }
