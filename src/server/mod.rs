@@ -586,8 +586,13 @@ pub async fn serve(settings: ServeSettings) -> ExitCode {
         }
     };
     let watcher = tokio::spawn(watch::run(state.0.clone(), shutdown_rx.clone()));
-    let discoverer = discovery
-        .map(|d| tokio::spawn(discover::run(state.0.clone(), d.interval, shutdown_rx.clone())));
+    let discoverer = discovery.map(|d| {
+        tokio::spawn(discover::run(
+            state.0.clone(),
+            d.interval,
+            shutdown_rx.clone(),
+        ))
+    });
     let web_watcher = tokio::spawn(web.clone().watch(shutdown_rx.clone()));
     let metrics = web.metrics().clone();
     let scrape_limit =
