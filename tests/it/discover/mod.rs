@@ -337,15 +337,7 @@ fn a_scan_without_privileges_counts_what_it_cannot_read() {
         );
     }
     let output = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--no-new-privs",
-            "--inh-caps=-all",
-            "--bounding-set=-all",
-            "--",
-        ])
+        .args(crate::support::AS_NOBODY)
         .arg(&me)
         .args([
             "--exact",

@@ -697,6 +697,18 @@ pub(crate) fn is_root() -> bool {
 }
 
 /// How to run the exporter as an unprivileged user: as root, through
+/// `setpriv`'s arguments that run a command as `nobody`: uid and gid 65534,
+/// no groups, no capabilities, `no_new_privs` (the command follows).
+pub(crate) const AS_NOBODY: [&str; 7] = [
+    "--reuid=65534",
+    "--regid=65534",
+    "--clear-groups",
+    "--no-new-privs",
+    "--inh-caps=-all",
+    "--bounding-set=-all",
+    "--",
+];
+
 /// util-linux's `setpriv` as `nobody` (uid and gid 65534, no groups, no
 /// capabilities, `no_new_privs`), from a copy of the binary in `reachable`
 /// (a temporary directory, opened to everyone here; the build directory may
@@ -721,18 +733,10 @@ pub(crate) fn unprivileged_launch(reachable: &Path) -> Launch {
         );
     }
     Launch {
-        wrapper: [
-            "setpriv",
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--no-new-privs",
-            "--inh-caps=-all",
-            "--bounding-set=-all",
-            "--",
-        ]
-        .map(OsString::from)
-        .to_vec(),
+        wrapper: std::iter::once("setpriv")
+            .chain(AS_NOBODY)
+            .map(OsString::from)
+            .collect(),
         binary,
         ..Launch::default()
     }
