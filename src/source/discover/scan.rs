@@ -358,6 +358,17 @@ mod tests {
             &mut ready,
         )
         .unwrap();
+        // `ready` comes before the shell replaces itself with `sleep`: wait
+        // for that (regression: the scan could see the command `sh`).
+        let comm = procfs::process_dir(child.id()).join("comm");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while std::fs::read_to_string(&comm).map_or(true, |c| c.trim() != "sleep") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the child never ran sleep"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         let scan = scan();
         child.kill().unwrap();
         child.wait().unwrap();
