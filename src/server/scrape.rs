@@ -32,18 +32,16 @@
 //! scrape serves the self-metrics alone, with a fresh reader for the next one.
 
 use std::collections::HashSet;
-use std::io::Write as _;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
-use flate2::write::GzEncoder;
-use flate2::Compression;
 use std::time::{Duration, Instant};
 
+use crate::expose::encode::encode;
 use crate::expose::encode::{Escaping, Format};
-use crate::expose::memo::EncodeMemo;
+use crate::expose::memo::{EncodeMemo, Gzipper};
 use crate::insight::Point;
 use crate::model::MetricFamily;
 use crate::pipeline::{self, Gathered, Source};
@@ -55,7 +53,7 @@ use crate::source::upstream::Upstreams;
 use crate::source::writers::WriterPolicy;
 use crate::source::Input;
 use crate::source::MemoryBudget;
-use crate::transform::config::Config;
+use crate::transform::{self, config::Config};
 
 /// Reads, merges and encodes; one per server.
 #[derive(Debug)]
@@ -70,6 +68,8 @@ pub(crate) struct Scraper {
     /// What the last bodies' encodings left to reuse, by format and escaping
     /// (for requests without `?name[]=`).
     memos: Mutex<Vec<EncodeMemo>>,
+    /// Gzips the `?name[]=` answers (which no memo keeps).
+    gzipper: Mutex<Gzipper>,
     /// How long the last scrape took to collect and encode, in nanoseconds
     /// (0 before the first).
     last_render_nanos: AtomicU64,
@@ -152,7 +152,7 @@ impl std::ops::Deref for ServedFamilies {
 }
 
 /// Scrapes faster than this run on the async worker ([`Scraper::is_quick`]).
-const QUICK_SCRAPE: std::time::Duration = std::time::Duration::from_micros(500);
+const QUICK_SCRAPE: std::time::Duration = std::time::Duration::from_millis(3);
 
 /// Bytes of encoded text each [`EncodeMemo`] may keep (a body this large
 /// is encoded in full every time, as without a memo).
@@ -297,6 +297,7 @@ impl Scraper {
             finished: Condvar::new(),
             rechecks: Mutex::new(Rechecks::default()),
             memos: Mutex::new(Vec::new()),
+            gzipper: Mutex::new(Gzipper::default()),
             last_render_nanos: AtomicU64::new(0),
             insight: Insight::default(),
             upstreams: Upstreams::default(),
@@ -405,15 +406,18 @@ impl Scraper {
 
     /// Encodes (and gzips, if asked) a collection's body for `request`.
     fn encode(&self, request: &Request, served: &Served) -> Rendered {
-        if request.names.is_some() {
-            let body = pipeline::render(
-                served.families(),
-                request.names.as_deref(),
-                request.format,
-                request.escaping,
-            );
+        if let Some(names) = &request.names {
+            // The merged and the own families restricted one list after the
+            // other: no copy of every family into one list first.
+            let mut families = transform::restrict(&served.merged, names);
+            families.extend(transform::restrict(&served.own, names));
+            let body = encode(&families, request.format, request.escaping);
             return if request.gzip {
-                let gzipped = gzip_bytes(&body);
+                let gzipped = self
+                    .gzipper
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .gzip(&body);
                 gzipped_or_plain(body, gzipped)
             } else {
                 Rendered {
@@ -436,16 +440,24 @@ impl Scraper {
             }
         };
         let memo = &mut memos[at];
-        let encoded = memo.encode_shared(&served.merged, &served.own);
-        if request.gzip {
-            let gzipped = memo.gzip(&encoded);
-            gzipped_or_plain(encoded.body, gzipped)
+        memo.encode_shared(&served.merged, &served.own);
+        let rendered = if request.gzip {
+            // The text stays with the memo; only a failed gzip copies it.
+            match memo.gzip() {
+                Ok(body) => Rendered {
+                    body,
+                    gzipped: true,
+                },
+                Err(e) => gzipped_or_plain(memo.body().to_vec(), Err(e)),
+            }
         } else {
             Rendered {
-                body: encoded.body,
+                body: memo.body().to_vec(),
                 gzipped: false,
             }
-        }
+        };
+        memo.release_unkept();
+        rendered
     }
 
     /// Runs `collect`, unless a collection is already in flight: then waits
@@ -661,14 +673,6 @@ fn gzipped_or_plain(body: Vec<u8>, gzipped: std::io::Result<Vec<u8>>) -> Rendere
             }
         }
     }
-}
-
-/// Gzips a whole body (as Python's `gzip.compress` does; the header's mtime
-/// is 0 here, so equal bodies compress to equal bytes).
-pub(crate) fn gzip_bytes(data: &[u8]) -> std::io::Result<Vec<u8>> {
-    let mut encoder = GzEncoder::new(Vec::with_capacity(data.len() / 4 + 64), Compression::fast());
-    encoder.write_all(data)?;
-    encoder.finish()
 }
 
 #[cfg(test)]
