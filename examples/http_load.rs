@@ -193,7 +193,10 @@ fn send(
     if conn.is_none() {
         let stream = TcpStream::connect(host)?;
         stream.set_nodelay(true)?;
-        stream.set_read_timeout(Some(Duration::from_secs(120)))?;
+        // Long: prometheus_client's server takes over 100 s for each of 8
+        // concurrent scrapes of the 10,000-dead-writer directory
+        // (scripts/compare.py); a shorter wait failed that run.
+        stream.set_read_timeout(Some(Duration::from_secs(600)))?;
         *conn = Some(BufReader::with_capacity(64 * 1024, stream));
     }
     let reader = conn.as_mut().ok_or_else(|| invalid("no connection"))?;

@@ -37,7 +37,9 @@ processes of ~386 series, plus a high-churn directory with many dead processes' 
    Prometheus 2.x at 0.2 Hz, for ``--polled-pod-seconds`` of wall time (20; quick: 4) after a
    warm-up; the server's CPU share and CPU per scrape come from ``/proc/PID/stat``, and
    prometheus_client's cost at the same rate is its in-process collection time of the same live
-   directory times the poll rate. The largest directory is then measured unchanged (writers
+   directory times the poll rate; then the same pollers on the path that asks for the endpoint
+   picker's four families only (``?name[]=``, as docs/gateway-api-inference-extension.md
+   recommends). The largest directory is then measured unchanged (writers
    stopped with SIGSTOP), with the exporter's own metrics and with
    ``--web.disable-exporter-metrics``;
 7. writes ``results.json``, ``results.md`` and ``scaling.svg`` (log-log scrape time against
@@ -421,7 +423,10 @@ def log(msg):
 
 
 def run_json(cmd, timeout=600):
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=timeout)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if out.returncode != 0:
+        log(f"   {os.path.basename(cmd[0])} exited with {out.returncode}: {out.stderr.strip()[-2000:]}")
+        raise subprocess.CalledProcessError(out.returncode, cmd, out.stdout, out.stderr)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -794,6 +799,10 @@ POD_HISTOGRAMS = [
 # (gateway-api-inference-extension, pkg/epp/backend/metrics/metrics.go: a bare
 # http.NewRequestWithContext, then expfmt.TextParser on the body).
 EPP_HEADERS = {"Accept-Encoding": "gzip", "User-Agent": "Go-http-client/1.1"}
+# The path docs/gateway-api-inference-extension.md recommends to EPP (`--model-server-metrics-path`):
+# the four families it reads, restricted by the exporter's `name[]` parameter.
+EPP_NAMES_PATH = ("/metrics?name[]=vllm:num_requests_waiting&name[]=vllm:num_requests_running"
+                  "&name[]=vllm:kv_cache_usage_perc&name[]=vllm:lora_requests_info")
 PROMETHEUS2_HEADERS = {"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip", "User-Agent": "Prometheus/2.53.4",
                        "X-Prometheus-Scrape-Timeout-Seconds": "10"}
 # Issue 29's targets: the exporter's CPU share (% of one core) by live writers; an unchanged
@@ -835,10 +844,10 @@ def polled_pod_pollers():
                    "expect": "num_requests_running"}]
 
 
-def run_pollers(tools, proc, port, pollers, seconds, warmup, watch_pids=()):
-    """Polls the server for `warmup` seconds, then for `seconds` of measured wall time
+def run_pollers(tools, proc, port, pollers, seconds, warmup, watch_pids=(), path="/metrics"):
+    """Polls the server's `path` for `warmup` seconds, then for `seconds` of measured wall time
     (``_py_poller``); adds the server's CPU share (% of one core) and its CPU per scrape."""
-    cfg = {"port": port, "path": "/metrics", "seconds": seconds, "warmup_s": warmup, "server_pid": proc.pid,
+    cfg = {"port": port, "path": path, "seconds": seconds, "warmup_s": warmup, "server_pid": proc.pid,
            "watch_pids": list(watch_pids), "pollers": pollers}
     r = run_json(tools.py_child("_py_poller", json.dumps(cfg)), timeout=seconds + 300)
     if proc.poll() is not None:
@@ -911,6 +920,11 @@ def polled_pod_run(tools, args, n, spec_path, pollers, workdir, unchanged):
         log(f"   exporter {live['server_cpu_percent']:.2f} % of a core, {live['server_cpu_ms_per_scrape']:.3f} ms "
             f"per scrape ({live['scrapes']} scrapes in {live['wall_s']:.1f} s); writers "
             f"{live['watched_cpu_percent']:.0f} %")
+        # The same pollers on the path that asks for EPP's four families only.
+        names = run["live_names"] = run_pollers(tools, *server, pollers, args.pod_seconds, args.pod_warmup, pids,
+                                                path=EPP_NAMES_PATH)
+        log(f"   with ?name[]= (EPP's four families): {names['server_cpu_percent']:.2f} % of a core, "
+            f"{names['server_cpu_ms_per_scrape']:.3f} ms per scrape")
         py = run["python_live"] = run_json(tools.py_child("_py_inproc", directory, *args.pod_py), timeout=900)
         run["python_live_percent"] = py["scrape_ms"]["p50"] * rate / 10
         log(f"   prometheus_client {py['scrape_ms']['p50']:.2f} ms per collection: "
@@ -955,7 +969,8 @@ def polled_pod_checks(pod, quick):
     checks = []
     for run in pod["runs"]:
         n = run["writers"]
-        polls = [("live", run.get("live"))] + [(f"unchanged, {k.replace('_', ' ')}", v)
+        polls = [("live", run.get("live"))] + ([("live, ?name[]=", run["live_names"])]
+                                               if run.get("live_names") else []) + [(f"unchanged, {k.replace('_', ' ')}", v)
                                                for k, v in (run.get("unchanged") or {}).items()
                                                if k != "own_metrics_http_c1"]
         for what, r in polls:
@@ -1285,6 +1300,23 @@ def polled_pod_table(pod):
                    f"| {fmt_ms(live['server_cpu_ms_per_scrape'])} | {fmt_ms(lat.get('p50'))} / {fmt_ms(p99)} "
                    f"| {py_ms} | {py_percent} | {live['watched_cpu_percent']:.0f} |")
     out.append("")
+    named = [r for r in pod["runs"] if r.get("live_names")]
+    if named:
+        out.append("The same live writers and pollers on the path that "
+                   "[docs/gateway-api-inference-extension.md](../gateway-api-inference-extension.md) gives the "
+                   "endpoint picker: only the four families it reads (`?name[]=`).\n")
+        out.append("| writers | scrapes (planned) | exporter, % of a core | exporter CPU ms/scrape "
+                   "| endpoint pickers' poll p50 / p99 ms |")
+        out.append("|---|---|---|---|---|")
+        for run in named:
+            r = run["live_names"]
+            epp = [p for p in r["pollers"] if p and p["hz"] >= 1]
+            lat = percentiles([v for p in epp for v in (p["latency_ms"].get("p50"),) if v is not None])
+            p99 = max((p["latency_ms"].get("p99") or 0) for p in epp) if epp else None
+            out.append(f"| {run['writers']} | {r['scrapes']} ({r['planned_scrapes']:.0f}) "
+                       f"| {r['server_cpu_percent']:.2f} | {fmt_ms(r['server_cpu_ms_per_scrape'])} "
+                       f"| {fmt_ms(lat.get('p50'))} / {fmt_ms(p99)} |")
+        out.append("")
     unchanged = [r for r in pod["runs"] if r.get("unchanged")]
     if unchanged:
         out.append("Unchanged directory: the same writers stopped (`SIGSTOP`: alive, files kept, no value "
