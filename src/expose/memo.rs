@@ -171,7 +171,7 @@ impl EncodeMemo {
 
     /// Encodes `families`, copying the text of every family unchanged since
     /// the last call; the first `prefix_families` families form
-    /// [`Encoded::prefix`].
+    /// [`Encoded::prefix_len`].
     pub fn encode(&mut self, families: &[MetricFamily], prefix_families: usize) -> Encoded {
         let split = prefix_families.min(families.len());
         let prefix = Arc::new(families[..split].to_vec());

@@ -1,6 +1,9 @@
 //! One scrape: read and merge the directories, apply the configuration, add
 //! the self-metrics, restrict to `?name[]=`, encode. Blocking (file I/O); the
-//! HTTP handler runs it on tokio's blocking pool.
+//! HTTP handler runs it on tokio's blocking pool, or on its own worker when
+//! the last scrape took under a few milliseconds ([`Scraper::is_quick`]: a
+//! polled pod's scrape costs less than the two thread wake-ups of a
+//! hand-over).
 //!
 //! A single [`Reader`] is shared by all scrapes, so every scrape reuses what
 //! earlier ones decoded. Concurrent scrapes are coalesced (like client_golang's
