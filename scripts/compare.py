@@ -1268,6 +1268,14 @@ def tables(results):
     return "\n".join(out)
 
 
+def _epp_latency(polled):
+    """The endpoint pickers' (pollers at 1 Hz or more) median poll latency and their worst p99, ms."""
+    epp = [p for p in polled["pollers"] if p and p["hz"] >= 1]
+    lat = percentiles([v for p in epp for v in (p["latency_ms"].get("p50"),) if v is not None])
+    p99 = max((p["latency_ms"].get("p99") or 0) for p in epp) if epp else None
+    return lat.get("p50"), p99
+
+
 def polled_pod_table(pod):
     st = pod["settings"]
     groups = " + ".join(f"{count} at {hz:g} Hz" for count, hz in _poller_groups(st["pollers"]))
@@ -1289,15 +1297,13 @@ def polled_pod_table(pod):
         live = run.get("live")
         if not live:
             continue
-        epp = [p for p in live["pollers"] if p and p["hz"] >= 1]
-        lat = percentiles([v for p in epp for v in (p["latency_ms"].get("p50"),) if v is not None])
-        p99 = max((p["latency_ms"].get("p99") or 0) for p in epp) if epp else None
+        p50, p99 = _epp_latency(live)
         py = run.get("python_live")
         py_ms = fmt_ms(py["scrape_ms"]["p50"]) if py else "-"
         py_percent = f"{run['python_live_percent']:.0f}" if py else "-"
         out.append(f"| {run['writers']} | {run['files']} | {run['directory_used']['used_bytes'] / 1e3:.0f} "
                    f"| {live['scrapes']} ({live['planned_scrapes']:.0f}) | {live['server_cpu_percent']:.2f} "
-                   f"| {fmt_ms(live['server_cpu_ms_per_scrape'])} | {fmt_ms(lat.get('p50'))} / {fmt_ms(p99)} "
+                   f"| {fmt_ms(live['server_cpu_ms_per_scrape'])} | {fmt_ms(p50)} / {fmt_ms(p99)} "
                    f"| {py_ms} | {py_percent} | {live['watched_cpu_percent']:.0f} |")
     out.append("")
     named = [r for r in pod["runs"] if r.get("live_names")]
@@ -1310,12 +1316,10 @@ def polled_pod_table(pod):
         out.append("|---|---|---|---|---|")
         for run in named:
             r = run["live_names"]
-            epp = [p for p in r["pollers"] if p and p["hz"] >= 1]
-            lat = percentiles([v for p in epp for v in (p["latency_ms"].get("p50"),) if v is not None])
-            p99 = max((p["latency_ms"].get("p99") or 0) for p in epp) if epp else None
+            p50, p99 = _epp_latency(r)
             out.append(f"| {run['writers']} | {r['scrapes']} ({r['planned_scrapes']:.0f}) "
                        f"| {r['server_cpu_percent']:.2f} | {fmt_ms(r['server_cpu_ms_per_scrape'])} "
-                       f"| {fmt_ms(lat.get('p50'))} / {fmt_ms(p99)} |")
+                       f"| {fmt_ms(p50)} / {fmt_ms(p99)} |")
         out.append("")
     unchanged = [r for r in pod["runs"] if r.get("unchanged")]
     if unchanged:
