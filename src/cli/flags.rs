@@ -508,6 +508,57 @@ pub struct DiscoverFlags {
         default_value = "5m"
     )]
     pub discover_linger: Duration,
+    /// The most multiprocess directories read for one pod (one container,
+    /// or one process outside Kubernetes): the oldest are read, newer ones
+    /// left out and not kept open, reported for that pod. 0: no cap.
+    #[arg(
+        long = "discover.max-directories-per-pod",
+        env = "MULTIPROC_EXPORTER_DISCOVER_MAX_DIRECTORIES_PER_POD",
+        value_name = "N",
+        default_value_t = crate::pipeline::discovered::DiscoverCaps::MAX_DIRECTORIES
+    )]
+    pub discover_max_directories_per_pod: usize,
+    /// The most metric files one pod may have: past it, that pod's series
+    /// are left out, reported for it. 0: no cap.
+    #[arg(
+        long = "discover.max-files-per-pod",
+        env = "MULTIPROC_EXPORTER_DISCOVER_MAX_FILES_PER_POD",
+        value_name = "N",
+        default_value_t = crate::pipeline::discovered::DiscoverCaps::MAX_FILES
+    )]
+    pub discover_max_files_per_pod: usize,
+    /// The most series (samples) one pod may serve: past it, that pod's
+    /// series are left out, reported for it. 0: no cap.
+    #[arg(
+        long = "discover.max-series-per-pod",
+        env = "MULTIPROC_EXPORTER_DISCOVER_MAX_SERIES_PER_POD",
+        value_name = "N",
+        default_value_t = crate::pipeline::discovered::DiscoverCaps::MAX_SERIES
+    )]
+    pub discover_max_series_per_pod: usize,
+    /// File descriptors kept free for serving (connections, the scan of
+    /// /proc, reading files) that the directories kept open never take:
+    /// beyond the limit less this reserve, new directories are read while
+    /// their writers live and not kept.
+    #[arg(
+        long = "discover.reserved-descriptors",
+        env = "MULTIPROC_EXPORTER_DISCOVER_RESERVED_DESCRIPTORS",
+        value_name = "N",
+        default_value_t = crate::pipeline::discovered::DiscoverCaps::RESERVED_DESCRIPTORS
+    )]
+    pub discover_reserved_descriptors: usize,
+    /// With --discover.processes, the longest a scrape of /metrics takes
+    /// (Prometheus's X-Prometheus-Scrape-Timeout-Seconds when shorter): each
+    /// pod's files are read side by side within half of it, and a pod not
+    /// done by then is served from its last collection.
+    #[arg(
+        long = "web.scrape-timeout",
+        env = "MULTIPROC_EXPORTER_WEB_SCRAPE_TIMEOUT",
+        value_name = "DURATION",
+        value_parser = parse_duration,
+        default_value = "10s"
+    )]
+    pub web_scrape_timeout: Duration,
 }
 
 /// Flags of `serve` (and of the command line without a subcommand).

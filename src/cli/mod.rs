@@ -59,12 +59,15 @@ pub fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };
+    // Every mode: the soft descriptor limit raised to the hard one, as
+    // Go programs (node_exporter, Prometheus, the kubelet) do at start.
+    let nofile = crate::source::descriptors::raise_nofile_limit();
     match cli.command {
         Some(Command::Dump(flags)) => dump::run(flags),
-        Some(Command::Serve(flags)) => serve(flags),
+        Some(Command::Serve(flags)) => serve(flags, nofile),
         #[cfg(feature = "demo")]
         Some(Command::Demo(flags)) => demo::run(flags),
-        None => serve(cli.serve),
+        None => serve(cli.serve, nofile),
     }
 }
 
@@ -91,13 +94,39 @@ fn usage_error(error: clap::Error) -> ExitCode {
 
 /// `serve`: logging first (so that a bad flag is reported in the chosen
 /// format), then the flags validated into settings, then the server.
-fn serve(flags: ServeFlags) -> ExitCode {
+fn serve(
+    flags: ServeFlags,
+    nofile: (
+        crate::source::descriptors::NofileLimit,
+        Option<std::io::Error>,
+    ),
+) -> ExitCode {
     server::init_logging(flags.log.log_format, flags.log.log_level);
+    log_nofile(&nofile.0, nofile.1.as_ref());
     match flags.validate() {
         Ok(settings) => server::run(settings),
         Err(e) => {
             tracing::error!("{e}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// Logs the descriptor limit the exporter runs with (and a failed raise).
+fn log_nofile(limit: &crate::source::descriptors::NofileLimit, error: Option<&std::io::Error>) {
+    let text = |v: Option<u64>| v.map_or_else(|| "unlimited".to_owned(), |v| v.to_string());
+    match error {
+        None => tracing::info!(
+            soft = %text(limit.soft),
+            hard = %text(limit.hard),
+            raised_from = %if limit.raised() { text(limit.before) } else { String::new() },
+            "File descriptor limit (RLIMIT_NOFILE)."
+        ),
+        Some(error) => tracing::warn!(
+            soft = %text(limit.soft),
+            hard = %text(limit.hard),
+            %error,
+            "Cannot raise the soft file descriptor limit to the hard one; running with the soft one."
+        ),
     }
 }

@@ -14,7 +14,7 @@ use super::flags::{
     WebFlags,
 };
 use crate::expose::negotiate::Negotiation;
-use crate::pipeline::discovered::{DiscoverLabels, DiscoverOptions};
+use crate::pipeline::discovered::{DiscoverCaps, DiscoverLabels, DiscoverOptions};
 use crate::server::{ServeSettings, Settings, DEFAULT_LISTEN_ADDRESS};
 use crate::sink::push::PushSettings;
 use crate::sink::Authorization;
@@ -231,6 +231,11 @@ impl DiscoverFlags {
         if self.discover_interval.is_zero() {
             return Err("--discover.interval must be more than 0.".to_owned());
         }
+        if self.web_scrape_timeout.is_zero() {
+            return Err("--web.scrape-timeout must be more than 0.".to_owned());
+        }
+        // 0: no cap.
+        let cap = |n: usize| (n > 0).then_some(n);
         let mut names: Vec<(&str, String)> = Vec::new();
         let mut label = |flag: &'static str, value: &str| -> Result<Option<Arc<str>>, String> {
             if value.is_empty() {
@@ -262,6 +267,13 @@ impl DiscoverFlags {
             interval: self.discover_interval,
             linger: self.discover_linger,
             labels,
+            caps: DiscoverCaps {
+                max_directories: cap(self.discover_max_directories_per_pod),
+                max_files: cap(self.discover_max_files_per_pod),
+                max_series: cap(self.discover_max_series_per_pod),
+                reserved_descriptors: self.discover_reserved_descriptors,
+            },
+            scrape_timeout: self.web_scrape_timeout,
         }))
     }
 }

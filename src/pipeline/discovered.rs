@@ -43,7 +43,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::model::Label;
-use crate::pipeline::parts::{PartReaders, PartSpec, PartsCollection};
+use crate::pipeline::parts::{Capped, PartCaps, PartReaders, PartSpec, PartsCollection};
+use crate::source::descriptors;
 use crate::source::discover::{
     Decision, DirId, Discovery, DiscoveryOptions, PodLogs, Problem, Refresh, Retention, Target,
 };
@@ -96,6 +97,12 @@ pub struct DiscoverOptions {
     pub linger: Duration,
     /// The labels' names.
     pub labels: DiscoverLabels,
+    /// What one part (a pod's container, a container, a process) may cost.
+    pub caps: DiscoverCaps,
+    /// The longest a scrape may take (`--web.scrape-timeout`; Prometheus's
+    /// `X-Prometheus-Scrape-Timeout-Seconds` when shorter): every part's
+    /// collection gets [`PART_SHARE`] of it.
+    pub scrape_timeout: Duration,
 }
 
 impl Default for DiscoverOptions {
@@ -105,6 +112,56 @@ impl Default for DiscoverOptions {
             interval: Duration::from_secs(10),
             linger: Retention::DEFAULT_LINGER,
             labels: DiscoverLabels::default(),
+            caps: DiscoverCaps::default(),
+            scrape_timeout: DEFAULT_SCRAPE_TIMEOUT,
+        }
+    }
+}
+
+/// The default `--web.scrape-timeout`: Prometheus's default scrape timeout.
+pub const DEFAULT_SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The share of the scrape timeout every part's collection gets (they run
+/// side by side); the rest is for the scan, combining, encoding and the
+/// network.
+pub const PART_SHARE: f64 = 0.5;
+
+/// What one part may cost the node agent (`None`: no cap).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiscoverCaps {
+    /// Directories read per part (`--discover.max-directories-per-pod`): the
+    /// oldest are read, the newer ones left out and not kept open.
+    pub max_directories: Option<usize>,
+    /// Files per part (`--discover.max-files-per-pod`).
+    pub max_files: Option<usize>,
+    /// Samples per part (`--discover.max-series-per-pod`).
+    pub max_series: Option<usize>,
+    /// Descriptors kept free for serving, which kept directories never take
+    /// (`--discover.reserved-descriptors`).
+    pub reserved_descriptors: usize,
+}
+
+impl DiscoverCaps {
+    /// The default directories per part: a vLLM pod writes one, a few more
+    /// over its containers' restarts.
+    pub const MAX_DIRECTORIES: usize = 16;
+    /// The default files per part: a vLLM pod with tens of processes writes
+    /// a few thousand over its life.
+    pub const MAX_FILES: usize = 10_000;
+    /// The default samples per part: a vLLM pod serves some ten thousand,
+    /// a few hundred thousand with many models and adapters.
+    pub const MAX_SERIES: usize = 500_000;
+    /// The default reserve of descriptors.
+    pub const RESERVED_DESCRIPTORS: usize = 256;
+}
+
+impl Default for DiscoverCaps {
+    fn default() -> Self {
+        Self {
+            max_directories: Some(Self::MAX_DIRECTORIES),
+            max_files: Some(Self::MAX_FILES),
+            max_series: Some(Self::MAX_SERIES),
+            reserved_descriptors: Self::RESERVED_DESCRIPTORS,
         }
     }
 }
@@ -121,15 +178,19 @@ pub enum TargetState {
     /// Found, but it cannot be read (no path reaches it, or it cannot be
     /// listed).
     Unreadable,
+    /// Left out: its part has `--discover.max-directories-per-pod` older
+    /// ones.
+    Capped,
 }
 
 impl TargetState {
     /// Every state, in a fixed order (for metrics that list them all).
-    pub const ALL: [TargetState; 4] = [
+    pub const ALL: [TargetState; 5] = [
         Self::Held,
         Self::PodExists,
         Self::Lingering,
         Self::Unreadable,
+        Self::Capped,
     ];
 
     /// A stable label for logs and metrics.
@@ -139,6 +200,7 @@ impl TargetState {
             Self::PodExists => "pod_exists",
             Self::Lingering => "lingering",
             Self::Unreadable => "unreadable",
+            Self::Capped => "capped",
         }
     }
 }
@@ -218,6 +280,31 @@ pub struct DiscoveryReport {
     /// The last scan's count of processes whose descriptors could not be
     /// read.
     pub processes_unreadable: usize,
+    /// The parts that went past a cap or their share of the scrape, or have
+    /// directories not kept open (only those).
+    pub parts: Vec<PartCost>,
+    /// Directories kept open (one descriptor each), and how many may be
+    /// (`None`: no limit).
+    pub kept: (usize, Option<usize>),
+}
+
+/// A part that costs more than it may, at one collection.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartCost {
+    /// Its name (as [`TargetReport::part`]).
+    pub part: Arc<str>,
+    /// Its labels.
+    pub labels: Vec<Label>,
+    /// Its directories left out by `--discover.max-directories-per-pod`.
+    pub directories_left_out: usize,
+    /// Its directories read but not kept open (the descriptors' reserve
+    /// was reached, or opening failed): they go with their writers.
+    pub directories_not_kept: usize,
+    /// Left out by a cap of files or samples ([`Capped`]).
+    pub capped: Option<Capped>,
+    /// Not collected within its share of the scrape: `Some(true)` served
+    /// from its last collection, `Some(false)` left out.
+    pub late: Option<bool>,
 }
 
 /// The combined families of every discovered directory, and what discovery
@@ -245,6 +332,10 @@ pub struct DiscoveredReader {
     /// The last scan's problems and unreadable processes.
     problems: Vec<ProblemReport>,
     processes_unreadable: usize,
+    /// How many directories may be kept open.
+    max_kept: Option<usize>,
+    /// The scrape's own timeout (Prometheus's header), if shorter.
+    request_timeout: Option<Duration>,
 }
 
 impl DiscoveredReader {
@@ -253,23 +344,43 @@ impl DiscoveredReader {
         let pod_logs = options.pod_log_dir.as_ref().map(|dir| {
             PodLogs::new(dir.clone()).with_container_links(dir.with_file_name("containers"))
         });
+        let max_kept = descriptors::retained_budget(
+            descriptors::NofileLimit::current().soft,
+            options.caps.reserved_descriptors,
+            descriptors::open_count().unwrap_or(0),
+        );
         let discovery = Discovery::new(DiscoveryOptions {
             pod_logs,
             retention: Retention {
                 linger: options.linger,
             },
+            max_kept,
         });
         Self {
+            parts: part_readers(&options.caps),
             options,
             discovery,
-            parts: PartReaders::new(LinkPolicy::NoLinks),
             last_refresh: None,
             last_holder_check: None,
             pending: Vec::new(),
             known: BTreeMap::new(),
             problems: Vec::new(),
             processes_unreadable: 0,
+            max_kept,
+            request_timeout: None,
         }
+    }
+
+    /// How many directories may be kept open (`None`: no limit).
+    pub fn max_kept(&self) -> Option<usize> {
+        self.max_kept
+    }
+
+    /// The next collection's scrape asks for an answer within `timeout`
+    /// (Prometheus's `X-Prometheus-Scrape-Timeout-Seconds`): the parts get
+    /// their share of it when it is shorter than `--web.scrape-timeout`.
+    pub fn set_request_timeout(&mut self, timeout: Option<Duration>) {
+        self.request_timeout = timeout;
     }
 
     /// The options.
@@ -286,7 +397,7 @@ impl DiscoveredReader {
     /// panic); the discovered directories stay open.
     pub fn reset(&mut self, budget: Option<Arc<MemoryBudget>>, policy: WriterPolicy) {
         self.parts.release_budget();
-        self.parts = PartReaders::new(LinkPolicy::NoLinks);
+        self.parts = part_readers(&self.options.caps);
         self.parts.set_memory_budget(budget);
         self.parts.set_writer_policy(policy);
     }
@@ -296,9 +407,17 @@ impl DiscoveredReader {
         self.parts.set_per_writer(config);
     }
 
-    /// Scans `/proc` if it is due, then reads and combines every target.
+    /// Scans `/proc` if it is due, then reads and combines every target,
+    /// each part within its share of the scrape timeout.
     pub fn collect(&mut self) -> DiscoveredCollection {
         let now = Instant::now();
+        let timeout = self
+            .request_timeout
+            .take()
+            .map_or(self.options.scrape_timeout, |t| {
+                t.min(self.options.scrape_timeout)
+            });
+        let deadline = now + timeout.mul_f64(PART_SHARE);
         if let Some(cause) = self.refresh_due(now) {
             self.refresh(cause, now);
         }
@@ -311,42 +430,92 @@ impl DiscoveredReader {
                 .1
                 .push(target);
         }
+        let max_directories = self.options.caps.max_directories;
         let mut specs = Vec::with_capacity(groups.len());
         let mut reports: Vec<(DirId, Option<PathBuf>, TargetReport)> = Vec::new();
+        let mut release = Vec::new();
+        let mut costs: BTreeMap<Vec<Label>, PartCost> = BTreeMap::new();
         for (labels, (name, mut targets)) in groups {
             targets.sort_by_key(|t| (t.first_seen(), t.id()));
             let mut inputs = Vec::new();
             let mut shown_as = Vec::new();
-            for target in targets {
-                let path = target.read_path();
+            let mut cost = PartCost {
+                part: name.clone(),
+                labels: labels.clone(),
+                directories_left_out: 0,
+                directories_not_kept: 0,
+                capped: None,
+                late: None,
+            };
+            for (i, target) in targets.into_iter().enumerate() {
+                let over = max_directories.is_some_and(|max| i >= max);
+                let path = if over || target.is_released() {
+                    None
+                } else {
+                    target.read_path()
+                };
                 if let Some(path) = &path {
                     inputs.push(Input::Directory(path.clone()));
                     let shown = format!("{name}:{}", target.dir().display());
                     shown_as.push((path.clone(), PathBuf::from(shown)));
+                    if !target.is_kept() {
+                        cost.directories_not_kept += 1;
+                    }
                 }
-                reports.push((target.id(), path, report_of(target, &labels, &name)));
+                let mut report = report_of(target, &labels, &name);
+                if over || target.is_released() {
+                    cost.directories_left_out += 1;
+                    report.state = TargetState::Capped;
+                    if !target.is_released() {
+                        release.push(target.id());
+                    }
+                }
+                reports.push((target.id(), path, report));
+            }
+            if cost.directories_left_out + cost.directories_not_kept > 0 {
+                costs.insert(labels.clone(), cost.clone());
             }
             if !inputs.is_empty() {
                 specs.push(PartSpec {
                     key: labels.clone(),
                     name: name.clone(),
-                    labels,
+                    labels: labels.clone(),
                     inputs,
                     shown_as,
                 });
+                costs.entry(labels).or_insert(cost);
             }
         }
-        let parts = self.parts.collect(specs);
+        for id in release {
+            self.discovery.release(id);
+        }
+        let parts = self.parts.collect_by(specs, deadline);
+        for part in &parts.reports {
+            if let Some(cost) = costs.get_mut(&part.key) {
+                cost.capped = part.capped;
+                cost.late = part.late;
+            }
+        }
         let unreadable: BTreeSet<&PathBuf> = parts.unreadable.iter().map(|(_, p)| p).collect();
         let mut targets = Vec::with_capacity(reports.len());
         self.known.clear();
         for (id, path, mut report) in reports {
-            if path.as_ref().is_none_or(|p| unreadable.contains(p)) {
+            if report.state != TargetState::Capped
+                && path.as_ref().is_none_or(|p| unreadable.contains(p))
+            {
                 report.state = TargetState::Unreadable;
             }
             self.known.insert(id, report.clone());
             targets.push(report);
         }
+        let costs = costs
+            .into_values()
+            .filter(|c| {
+                c.directories_left_out + c.directories_not_kept > 0
+                    || c.capped.is_some()
+                    || c.late.is_some()
+            })
+            .collect();
         DiscoveredCollection {
             parts,
             report: DiscoveryReport {
@@ -354,6 +523,8 @@ impl DiscoveredReader {
                 targets,
                 problems: self.problems.clone(),
                 processes_unreadable: self.processes_unreadable,
+                parts: costs,
+                kept: (self.discovery.kept(), self.max_kept),
             },
         }
     }
@@ -420,6 +591,16 @@ impl DiscoveredReader {
             self.pending.remove(0);
         }
     }
+}
+
+/// The parts' readers, with the caps of files and samples.
+fn part_readers(caps: &DiscoverCaps) -> PartReaders<Vec<Label>> {
+    let mut parts = PartReaders::new(LinkPolicy::NoLinks);
+    parts.set_caps(PartCaps {
+        max_files: caps.max_files,
+        max_series: caps.max_series,
+    });
+    parts
 }
 
 /// A target's labels (in the order of [`DiscoverLabels`]'s fields, then

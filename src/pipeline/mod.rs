@@ -15,6 +15,7 @@
 mod collector;
 pub mod compaction;
 pub mod discovered;
+mod fair;
 pub mod lifecycle;
 pub mod parts;
 pub mod per_writer;
@@ -197,6 +198,15 @@ impl Source {
     /// Whether the directories are discovered (`--discover.processes`).
     pub fn discovers(&self) -> bool {
         matches!(self.kind, Kind::Discovered(_))
+    }
+
+    /// The next collection's scrape asks for an answer within `timeout`
+    /// (discovered directories only: their parts get a share of it, see
+    /// [`DiscoveredReader::set_request_timeout`]).
+    pub fn set_request_timeout(&mut self, timeout: Option<std::time::Duration>) {
+        if let Kind::Discovered(reader) = &mut self.kind {
+            reader.set_request_timeout(timeout);
+        }
     }
 
     /// Has the next collection check this file with `stat` before trusting

@@ -1,5 +1,5 @@
 //! Several metrics directories served side by side, each merged on its own:
-//! one [`Collector`] per part, exactly as prometheus_client would merge that
+//! one [`Collector`](crate::pipeline::Collector) per part, exactly as prometheus_client would merge that
 //! part's directory alone, then the parts combined into one list of families,
 //! every sample labelled with its part's labels
 //! ([`crate::transform::combine::combine_labelled`]).
@@ -21,10 +21,12 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::model::Label;
+use crate::pipeline::fair::{wait, Finished, Outcome, Settings, Slot};
 use crate::pipeline::lifecycle::WriterReport;
-use crate::pipeline::{CollectStats, Collection, Collector};
+use crate::pipeline::{CollectStats, Collection};
 use crate::source::link_policy::LinkPolicy;
 use crate::source::writers::WriterPolicy;
 use crate::source::{Input, MemoryBudget, Problem};
@@ -48,6 +50,42 @@ pub struct PartSpec<K> {
     pub shown_as: Vec<(PathBuf, PathBuf)>,
 }
 
+/// Caps on what one part may cost (`None`: no cap). A part past one is left
+/// out of the collection, alone, and reported ([`PartReport::capped`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PartCaps {
+    /// The most metric files a part may list.
+    pub max_files: Option<usize>,
+    /// The most samples a part may serve.
+    pub max_series: Option<usize>,
+}
+
+/// Which cap left a part out, and what it had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Capped {
+    /// It listed this many files, more than [`PartCaps::max_files`].
+    Files(usize),
+    /// It had this many samples, more than [`PartCaps::max_series`].
+    Series(usize),
+}
+
+/// How one part's collection went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartReport<K> {
+    /// The part.
+    pub key: K,
+    /// The files it listed (at its last collection done in time).
+    pub files: usize,
+    /// The samples it serves now (0 when left out).
+    pub series: usize,
+    /// The cap that left it out, if one did.
+    pub capped: Option<Capped>,
+    /// Its collection was not done by the deadline: `Some(true)` when its
+    /// last collection's families are served instead, `Some(false)` when
+    /// it has none yet (left out); `None` when done in time.
+    pub late: Option<bool>,
+}
+
 /// The result of one [`PartReaders::collect`].
 #[derive(Debug, Clone)]
 pub struct PartsCollection<K> {
@@ -66,6 +104,8 @@ pub struct PartsCollection<K> {
     /// Parts a directory of which could not be listed (missing, unreadable),
     /// with that directory (as the part's inputs name it).
     pub unreadable: Vec<(K, PathBuf)>,
+    /// How each part's collection went, in the order of the parts.
+    pub reports: Vec<PartReport<K>>,
 }
 
 impl<K> Default for PartsCollection<K> {
@@ -77,6 +117,7 @@ impl<K> Default for PartsCollection<K> {
             appeared: Vec::new(),
             disappeared: Vec::new(),
             unreadable: Vec::new(),
+            reports: Vec::new(),
         }
     }
 }
@@ -84,140 +125,193 @@ impl<K> Default for PartsCollection<K> {
 /// The collectors of the parts, kept across collections.
 #[derive(Debug)]
 pub struct PartReaders<K> {
-    /// Which symbolic links the parts' readers follow.
-    link_policy: LinkPolicy,
+    /// How every part's collector is set up.
+    settings: Settings,
     /// One collector per part read at the last collection.
-    readers: BTreeMap<K, Collector>,
-    /// The memory budget the readers share, if any.
-    memory_budget: Option<Arc<MemoryBudget>>,
-    /// What the readers do about writers.
-    writer_policy: WriterPolicy,
-    /// The label of each writer's own series, when writers are served apart.
-    per_writer: Option<PerWriterConfig>,
+    readers: BTreeMap<K, Slot>,
+    /// What one part may cost.
+    caps: PartCaps,
+    /// Wakes a collection waiting for its parts ([`Self::collect_by`]).
+    finished: Arc<Finished>,
 }
 
 impl<K: Ord + Clone> PartReaders<K> {
     /// No part read yet; the parts' readers follow links as `link_policy` says.
     pub fn new(link_policy: LinkPolicy) -> Self {
         Self {
-            link_policy,
+            settings: Settings {
+                link_policy,
+                budget: None,
+                policy: WriterPolicy::exact(),
+                per_writer: None,
+            },
             readers: BTreeMap::new(),
-            memory_budget: None,
-            writer_policy: WriterPolicy::exact(),
-            per_writer: None,
+            caps: PartCaps::default(),
+            finished: Arc::default(),
         }
     }
 
     /// Which symbolic links the parts' readers follow.
     pub fn link_policy(&self) -> LinkPolicy {
-        self.link_policy
+        self.settings.link_policy
     }
 
-    /// [`Collector::set_per_writer`] for every part's reader.
+    /// Sets what one part may cost.
+    pub fn set_caps(&mut self, caps: PartCaps) {
+        self.caps = caps;
+    }
+
+    /// [`Collector::set_per_writer`](crate::pipeline::Collector::set_per_writer) for every part's reader.
     pub fn set_per_writer(&mut self, config: Option<&PerWriterConfig>) {
-        for reader in self.readers.values_mut() {
-            reader.set_per_writer(config);
-        }
-        self.per_writer = config.cloned();
+        self.settings.per_writer = config.cloned();
     }
 
     /// Applies `policy` to every part's reader.
     pub fn set_writer_policy(&mut self, policy: WriterPolicy) {
-        for reader in self.readers.values_mut() {
-            reader.set_writer_policy(policy);
-        }
-        self.writer_policy = policy;
+        self.settings.policy = policy;
     }
 
     /// Shares `budget` with every part's reader.
     pub fn set_memory_budget(&mut self, budget: Option<Arc<MemoryBudget>>) {
-        for reader in self.readers.values_mut() {
-            reader.set_memory_budget(budget.clone());
-        }
-        self.memory_budget = budget;
+        self.settings.budget = budget;
     }
 
     /// Withdraws every part reader's charge from the budget.
     pub fn release_budget(&mut self) {
-        for reader in self.readers.values_mut() {
-            reader.release_budget();
+        for (_, slot) in std::mem::take(&mut self.readers) {
+            slot.retire();
         }
     }
 
-    /// [`Collector::recheck`] for a file of the part `key`.
+    /// [`Collector::recheck`](crate::pipeline::Collector::recheck) for a file of the part `key`.
     pub fn recheck_part(&mut self, key: &K, path: &Path) {
-        if let Some(reader) = self.readers.get_mut(key) {
+        if let Some(reader) = self.readers.get(key) {
             reader.recheck(path);
         }
     }
 
-    /// [`Collector::recheck`] for a file of whichever part reads it.
+    /// [`Collector::recheck`](crate::pipeline::Collector::recheck) for a file of whichever part reads it.
     pub fn recheck(&mut self, path: &Path) {
-        for reader in self.readers.values_mut() {
+        for reader in self.readers.values() {
             reader.recheck(path);
         }
     }
 
-    /// [`Collector::recheck_all`] for every part.
+    /// [`Collector::recheck_all`](crate::pipeline::Collector::recheck_all) for every part.
     pub fn recheck_all(&mut self) {
-        for reader in self.readers.values_mut() {
+        for reader in self.readers.values() {
             reader.recheck_all();
         }
     }
 
     /// Reads and merges each of `parts` on its own (in the order given, the
-    /// order they are served in) and combines them.
+    /// order they are served in), one after the other, and combines them.
     pub fn collect(&mut self, parts: Vec<PartSpec<K>>) -> PartsCollection<K> {
+        self.collect_with(parts, None)
+    }
+
+    /// [`Self::collect`], each part on a thread of its own, waiting for them
+    /// until `deadline` at the latest: a part not done by then is served from
+    /// its last collection (see [`super::fair`]).
+    pub fn collect_by(&mut self, parts: Vec<PartSpec<K>>, deadline: Instant) -> PartsCollection<K> {
+        self.collect_with(parts, Some(deadline))
+    }
+
+    fn collect_with(
+        &mut self,
+        parts: Vec<PartSpec<K>>,
+        deadline: Option<Instant>,
+    ) -> PartsCollection<K> {
         let mut out = PartsCollection::default();
+        let mut previous = std::mem::take(&mut self.readers);
+        let mut slots = Vec::with_capacity(parts.len());
+        for spec in &parts {
+            let slot = previous.remove(&spec.key).unwrap_or_else(|| {
+                out.appeared.push(spec.key.clone());
+                Slot::new(&self.settings)
+            });
+            slots.push(slot);
+        }
+        out.disappeared = previous
+            .into_iter()
+            .map(|(key, slot)| {
+                slot.retire();
+                key
+            })
+            .collect();
+        let mut outcomes = Vec::with_capacity(parts.len());
+        match deadline {
+            None => {
+                for (spec, slot) in parts.iter().zip(&mut slots) {
+                    outcomes.push(Outcome::Fresh(slot.run(&spec.inputs, &self.settings)));
+                }
+            }
+            Some(deadline) => {
+                for (spec, slot) in parts.iter().zip(&mut slots) {
+                    slot.start(&spec.inputs, &self.settings, &self.finished);
+                }
+                wait(&self.finished, slots.iter(), deadline);
+                outcomes.extend(slots.iter_mut().map(Slot::outcome));
+            }
+        }
         let mut problems = Vec::new();
         let mut stats = CollectStats::default();
         let mut writers = WriterReport::default();
         let mut ray_logs_unreadable = None;
-        let mut previous = std::mem::take(&mut self.readers);
         let mut combined = Vec::with_capacity(parts.len());
-        for spec in parts {
-            let mut reader = match previous.remove(&spec.key) {
-                Some(reader) => reader,
-                None => {
-                    out.appeared.push(spec.key.clone());
-                    let mut reader = Collector::with_link_policy(self.link_policy);
-                    reader.set_memory_budget(self.memory_budget.clone());
-                    reader.set_writer_policy(self.writer_policy);
-                    reader.set_per_writer(self.per_writer.as_ref());
-                    reader
+        for ((spec, mut slot), outcome) in parts.into_iter().zip(slots).zip(outcomes) {
+            let mut report = PartReport {
+                key: spec.key.clone(),
+                files: 0,
+                series: 0,
+                capped: None,
+                late: None,
+            };
+            let families = match outcome {
+                Outcome::Fresh(collection) => {
+                    for problem in &collection.problems {
+                        if problem.reason.is_directory_reason() {
+                            out.unreadable
+                                .push((spec.key.clone(), problem.path.clone()));
+                        }
+                    }
+                    report.files = collection.stats.files_listed;
+                    add_stats(&mut stats, &collection.stats);
+                    writers.add(&collection.writers);
+                    problems.extend(
+                        collection
+                            .problems
+                            .into_iter()
+                            .map(|p| shown(p, &spec.shown_as)),
+                    );
+                    out.writer_conflicts.extend(collection.conflicts);
+                    ray_logs_unreadable = ray_logs_unreadable.or(collection.ray_logs_unreadable);
+                    if self.caps.max_files.is_some_and(|max| report.files > max) {
+                        report.capped = Some(Capped::Files(report.files));
+                        slot.forget_last();
+                    }
+                    collection.families
+                }
+                Outcome::Late(last) => {
+                    report.late = Some(last.is_some());
+                    last.unwrap_or_default()
                 }
             };
-            let collection = reader.collect(&spec.inputs);
-            for problem in &collection.problems {
-                if problem.reason.is_directory_reason() {
-                    out.unreadable
-                        .push((spec.key.clone(), problem.path.clone()));
-                }
+            let series: usize = families.iter().map(|f| f.samples.len()).sum();
+            if report.capped.is_none() && self.caps.max_series.is_some_and(|max| series > max) {
+                report.capped = Some(Capped::Series(series));
             }
-            add_stats(&mut stats, &collection.stats);
-            writers.add(&collection.writers);
-            problems.extend(
-                collection
-                    .problems
-                    .into_iter()
-                    .map(|p| shown(p, &spec.shown_as)),
-            );
-            out.writer_conflicts.extend(collection.conflicts);
-            ray_logs_unreadable = ray_logs_unreadable.or(collection.ray_logs_unreadable);
-            combined.push(LabelledPart {
-                name: spec.name,
-                labels: spec.labels,
-                families: collection.families,
-            });
-            self.readers.insert(spec.key, reader);
+            if report.capped.is_none() {
+                report.series = series;
+                combined.push(LabelledPart {
+                    name: spec.name,
+                    labels: spec.labels,
+                    families,
+                });
+            }
+            out.reports.push(report);
+            self.readers.insert(spec.key, slot);
         }
-        out.disappeared = previous
-            .into_iter()
-            .map(|(key, mut reader)| {
-                reader.release_budget();
-                key
-            })
-            .collect();
         let combined = combine_labelled(combined);
         out.collection = Collection {
             families: combined.families,

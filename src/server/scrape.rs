@@ -537,6 +537,7 @@ impl Scraper {
             }
         }
         state.source.set_per_writer(config.per_writer.as_ref());
+        state.source.set_request_timeout(scrape_timeout);
         let held = state
             .reusable
             .as_ref()

@@ -21,6 +21,7 @@
 //! inside the directory, see [`crate::source::link_policy`]).
 
 pub mod budget;
+pub mod descriptors;
 pub mod discover;
 pub mod link_policy;
 mod listing;

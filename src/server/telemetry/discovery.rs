@@ -14,7 +14,8 @@ use std::sync::Mutex;
 
 use crate::model::family_list::FamilyList;
 use crate::model::MetricType;
-use crate::pipeline::discovered::{DiscoveryReport, RefreshCause, TargetState};
+use crate::pipeline::discovered::{DiscoveryReport, PartCost, RefreshCause, TargetState};
+use crate::server::telemetry::part_costs::{self, pids_text, PartCostLog};
 
 /// Every `reason` of `multiproc_exporter_discovery_targets_dropped_total`.
 const DROP_REASONS: [&str; 3] = ["pod_gone", "linger_expired", "not_kept"];
@@ -32,6 +33,8 @@ pub(crate) struct DiscoveryLog {
     problems: HashSet<(&'static str, String)>,
     /// Whether the last scan had processes it could not read.
     unreadable_processes: bool,
+    /// What was logged about parts that cost more than they may.
+    parts: PartCostLog,
 }
 
 impl DiscoveryLog {
@@ -50,25 +53,7 @@ impl DiscoveryLog {
                 duration_seconds = refresh.duration.as_secs_f64(),
                 "Scanned /proc for multiprocess directories."
             );
-            for target in &refresh.added {
-                tracing::info!(
-                    part = %target.part,
-                    labels = %labels_text(&target.labels),
-                    dir = %target.dir.display(),
-                    mount_namespace = target.mount_ns.unwrap_or_default(),
-                    holders = %pids_text(&target.holders),
-                    "Found a multiprocess directory; serving it."
-                );
-            }
-            for (target, reason) in &refresh.dropped {
-                tracing::info!(
-                    part = %target.part,
-                    labels = %labels_text(&target.labels),
-                    dir = %target.dir.display(),
-                    reason_label = *reason,
-                    "Dropped a discovered directory; its series are no longer served."
-                );
-            }
+            part_costs::log_found_and_dropped(refresh);
             let mut now = HashSet::with_capacity(refresh.problems.len());
             for problem in &refresh.problems {
                 let key = (problem.label, problem.key.clone());
@@ -101,24 +86,8 @@ impl DiscoveryLog {
             }
             self.unreadable_processes = unreadable;
         }
+        self.parts.observe(&report.parts);
     }
-}
-
-/// `name=value,…`.
-fn labels_text(labels: &[crate::model::Label]) -> String {
-    labels
-        .iter()
-        .map(|(n, v)| format!("{n}={v}"))
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// `1,2,3`.
-fn pids_text(pids: &[u32]) -> String {
-    pids.iter()
-        .map(u32::to_string)
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 /// The values of the discovery self-metrics.
@@ -131,13 +100,17 @@ pub(crate) struct DiscoveryMetrics {
 
 #[derive(Debug, Default, Clone)]
 struct Values {
-    targets: [usize; 4],
+    targets: [usize; 5],
     processes_unreadable: usize,
     last_scan_seconds: f64,
     scans: u64,
     dropped: [u64; 3],
     problems: [usize; 3],
     conflicts: [usize; 2],
+    parts: Vec<PartCost>,
+    late: u64,
+    kept: usize,
+    max_kept: Option<usize>,
 }
 
 impl DiscoveryMetrics {
@@ -150,7 +123,7 @@ impl DiscoveryMetrics {
     /// of its family conflicts.
     pub(crate) fn observe(&self, report: &DiscoveryReport, conflicts: &[&str]) {
         let mut v = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        v.targets = [0; 4];
+        v.targets = [0; 5];
         for target in &report.targets {
             let i = TargetState::ALL
                 .iter()
@@ -176,6 +149,9 @@ impl DiscoveryMetrics {
                 }
             }
         }
+        v.parts = report.parts.clone();
+        v.late += report.parts.iter().filter(|p| p.late.is_some()).count() as u64;
+        (v.kept, v.max_kept) = report.kept;
         v.conflicts = [0; 2];
         for conflict in conflicts {
             if let Some(i) = CONFLICT_REASONS.iter().position(|r| r == conflict) {
@@ -193,7 +169,7 @@ impl DiscoveryMetrics {
         let v = self.state.lock().unwrap_or_else(|e| e.into_inner()).clone();
         out.by_label(
             &format!("{p}discovery_targets"),
-            "Multiprocess directories discovered through /proc at the last scrape, by state: held (a process holds their files), pod_exists (their writers exited, their pod exists), lingering (their writers exited, no pod known: kept for --discover.linger), unreadable (found but cannot be read).",
+            "Multiprocess directories discovered through /proc at the last scrape, by state: held (a process holds their files), pod_exists (their writers exited, their pod exists), lingering (their writers exited, no pod known: kept for --discover.linger), unreadable (found but cannot be read), capped (left out: their pod has --discover.max-directories-per-pod older ones).",
             MetricType::Gauge,
             "state",
             TargetState::ALL
@@ -246,6 +222,24 @@ impl DiscoveryMetrics {
                 .zip(v.conflicts)
                 .map(|(r, n)| (*r, n as f64)),
         );
+        out.gauge(
+            &format!("{p}discovery_kept_directories"),
+            "Discovered directories kept open (one descriptor each) so that their dead writers' files stay readable.",
+            v.kept as f64,
+        );
+        if let Some(max) = v.max_kept {
+            out.gauge(
+                &format!("{p}discovery_kept_directories_max"),
+                "The most discovered directories kept open at once: the descriptor limit less --discover.reserved-descriptors and those open at start. Directories found beyond it are read while their writers live and not kept.",
+                max as f64,
+            );
+        }
+        out.counter(
+            &format!("{p}discovery_late_collections"),
+            "Collections of a discovered pod not done within its share of the scrape timeout (half of --web.scrape-timeout, or of Prometheus's own when shorter): that scrape served the pod's last collection, or none.",
+            v.late as f64,
+        );
+        part_costs::add_families(p, &v.parts, out);
     }
 }
 
@@ -314,6 +308,12 @@ mod tests {
                 "p_discovery_targets_dropped",
                 "p_discovery_problems",
                 "p_discovery_family_conflicts",
+                "p_discovery_kept_directories",
+                "p_discovery_late_collections",
+                "p_discovery_part_directories_left_out",
+                "p_discovery_part_directories_not_kept",
+                "p_discovery_part_capped",
+                "p_discovery_part_late",
             ]
         );
     }

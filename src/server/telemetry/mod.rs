@@ -11,6 +11,7 @@ pub(crate) mod discovery;
 pub(crate) mod events;
 pub(crate) mod logging;
 pub(crate) mod operational;
+pub(crate) mod part_costs;
 pub(crate) mod self_metrics;
 pub(crate) mod web_metrics;
 pub(crate) mod writer_metrics;

@@ -30,6 +30,12 @@ pub struct DiscoveryOptions {
     pub pod_logs: Option<PodLogs>,
     /// How long a directory without holders and without a known pod is kept.
     pub retention: Retention,
+    /// How many directories may be kept open at once (`None`: no limit):
+    /// the descriptors left once a reserve for serving is set aside
+    /// ([`crate::source::descriptors::retained_budget`]). A directory found
+    /// beyond it is read while its holders live and not kept
+    /// ([`Refresh::unretained`]).
+    pub max_kept: Option<usize>,
 }
 
 /// Where a target was seen: a path in a mount namespace.
@@ -67,6 +73,8 @@ pub struct Target {
     decision: Decision,
     first_seen: Instant,
     last_held: Instant,
+    /// Let go by [`Discovery::release`]: never opened again.
+    released: bool,
 }
 
 impl Target {
@@ -161,6 +169,12 @@ impl Target {
     pub fn last_held(&self) -> Instant {
         self.last_held
     }
+
+    /// Whether [`Discovery::release`] let it go (it is not read any more,
+    /// and dropped with its last holder).
+    pub fn is_released(&self) -> bool {
+        self.released
+    }
 }
 
 /// Something discovery could not do; the rest went on.
@@ -253,6 +267,10 @@ pub struct Refresh {
     pub dropped: Vec<(DirId, DropReason)>,
     /// What could not be done (repeated at every refresh while it lasts).
     pub problems: Vec<Problem>,
+    /// Targets found by this refresh that were not kept open because
+    /// [`DiscoveryOptions::max_kept`] directories already are: read while
+    /// their holders live, dropped with the last.
+    pub unretained: Vec<DirId>,
 }
 
 /// The discovered directories, refreshed from `/proc`.
@@ -284,6 +302,24 @@ impl Discovery {
     /// Whether a holder seen at the last refresh has exited since.
     pub fn holder_gone(&self) -> bool {
         self.targets.values().any(Target::holder_gone)
+    }
+
+    /// How many targets are kept open (one descriptor each).
+    pub fn kept(&self) -> usize {
+        self.targets.values().filter(|t| t.is_kept()).count()
+    }
+
+    /// Lets target `id` go (a cap of its part left it out): closes its
+    /// descriptor, never opens it again, and drops it once its holders are
+    /// gone. Returns whether it was kept open.
+    pub fn release(&mut self, id: DirId) -> bool {
+        match self.targets.get_mut(&id) {
+            Some(target) => {
+                target.released = true;
+                target.kept.take().is_some()
+            }
+            None => false,
+        }
     }
 
     /// Scans `/proc` ([`scan::scan`]) and applies the result.
@@ -319,6 +355,10 @@ impl Discovery {
                 target.holders.clear();
             }
         }
+        let mut room = self
+            .options
+            .max_kept
+            .map(|max| max.saturating_sub(self.kept()));
         for (id, sightings) in seen {
             let target = self.targets.entry(id).or_insert_with(|| {
                 refresh.added.push(id);
@@ -333,9 +373,21 @@ impl Discovery {
                     decision: Decision::Held,
                     first_seen: now,
                     last_held: now,
+                    released: false,
                 }
             });
-            target.update(sightings, now, &mut refresh.problems);
+            let was_kept = target.kept.is_some();
+            let may_open = !target.released && room.is_none_or(|r| r > 0);
+            target.update(sightings, now, may_open, &mut refresh.problems);
+            if !was_kept {
+                match (&mut room, target.kept.is_some()) {
+                    (Some(r), true) => *r -= 1,
+                    (Some(_), false) if !target.released && !may_open => {
+                        refresh.unretained.push(id)
+                    }
+                    _ => {}
+                }
+            }
         }
         let index = self.options.pod_logs.as_ref().and_then(|logs| {
             logs.index()
@@ -373,12 +425,13 @@ impl Target {
         &mut self,
         sightings: Vec<(Sighting, PathBuf)>,
         now: Instant,
+        may_open: bool,
         problems: &mut Vec<Problem>,
     ) {
         let mut holders: BTreeMap<u32, Holder> = BTreeMap::new();
         let mut locations = Vec::new();
         for (sighting, path) in sightings {
-            if self.kept.is_none() {
+            if self.kept.is_none() && may_open {
                 match KeptDir::open(&path) {
                     Ok(kept) if kept.id() == self.id => self.kept = Some(kept),
                     Ok(_) => problems.push(Problem::NotKept {

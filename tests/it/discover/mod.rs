@@ -26,6 +26,7 @@
 //! is a failure.
 
 mod harness;
+mod hostile;
 mod privileges;
 mod serve;
 

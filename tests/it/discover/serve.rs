@@ -105,10 +105,10 @@ fn selected(text: &str, select: &[(&str, &str)]) -> BTreeMap<String, Family> {
 
 /// The directory of a running pod, held open by this test so that Python can
 /// read it (`/proc/<this pid>/fd/<n>`) after the pod's namespace is gone.
-struct HeldDir(File);
+pub(super) struct HeldDir(File);
 
 impl HeldDir {
-    fn of(pod: &Pod, metrics: &Path) -> HeldDir {
+    pub(super) fn of(pod: &Pod, metrics: &Path) -> HeldDir {
         let pid = pod.pids()[0];
         let relative = metrics.strip_prefix("/").unwrap();
         HeldDir(File::open(Path::new(&format!("/proc/{pid}/root")).join(relative)).unwrap())
@@ -145,7 +145,7 @@ fn labels_of(pod: &Pod) -> [(&'static str, &'static str); 3] {
 /// Asserts that the pod's series in `text` are prometheus_client's for its
 /// directory, and that every sample of the pod has its container.
 #[track_caller]
-fn assert_pod_served(text: &str, pod: &Pod, dir: &HeldDir, python: &Path) {
+pub(super) fn assert_pod_served(text: &str, pod: &Pod, dir: &HeldDir, python: &Path) {
     let expected = selected(&dir.python_text(python), &[]);
     let actual = selected(text, &labels_of(pod));
     assert!(!expected.is_empty());
@@ -164,7 +164,12 @@ fn assert_pod_served(text: &str, pod: &Pod, dir: &HeldDir, python: &Path) {
 }
 
 /// The value of `series` (`name{labels}` with the labels sorted) for a pod.
-fn pod_value(text: &str, name: &str, pod: &Pod, extra: &[(&str, &str)]) -> Option<String> {
+pub(super) fn pod_value(
+    text: &str,
+    name: &str,
+    pod: &Pod,
+    extra: &[(&str, &str)],
+) -> Option<String> {
     let mut select: Vec<(&str, &str)> = labels_of(pod).to_vec();
     select.extend_from_slice(extra);
     text.lines()
@@ -207,16 +212,16 @@ fn host_pid(pod: &Pod, ns_pid: u32) -> u32 {
 }
 
 /// A work directory with `metrics` (the pods' directory path) and a log tree.
-struct Work {
+pub(super) struct Work {
     _tmp: tempfile::TempDir,
-    metrics: PathBuf,
-    logs: PathBuf,
+    pub(super) metrics: PathBuf,
+    pub(super) logs: PathBuf,
     /// `logs/pods`, as text.
     pods: String,
 }
 
 impl Work {
-    fn new() -> Work {
+    pub(super) fn new() -> Work {
         let tmp = tempfile::tempdir().unwrap();
         let metrics = tmp.path().join("metrics");
         let logs = tmp.path().join("logs");
@@ -232,13 +237,13 @@ impl Work {
     }
 
     /// `--discover.processes` over this log tree, with `extra` flags.
-    fn args<'a>(&'a self, extra: &[&'a str]) -> Vec<&'a str> {
+    pub(super) fn args<'a>(&'a self, extra: &[&'a str]) -> Vec<&'a str> {
         let mut args = vec!["--discover.processes", "--discover.pod-log-dir", &self.pods];
         args.extend_from_slice(extra);
         args
     }
 
-    fn pod(&self, python: &Path, spec: PodSpec) -> Option<Pod> {
+    pub(super) fn pod(&self, python: &Path, spec: PodSpec) -> Option<Pod> {
         let pod = Pod::start(python, &self.logs, &self.metrics, spec);
         if pod.is_none() {
             assert!(
@@ -252,7 +257,7 @@ impl Work {
 }
 
 /// A pod spec in namespace `namespace`.
-fn spec(
+pub(super) fn spec(
     driver: Driver,
     names: (&'static str, &'static str, &'static str),
     containers: &'static [&'static str],

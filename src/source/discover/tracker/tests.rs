@@ -64,6 +64,7 @@ fn outside_kubernetes_a_directory_lingers_after_its_holders() {
     let mut discovery = Discovery::new(DiscoveryOptions {
         pod_logs: None,
         retention: linger(60),
+        ..DiscoveryOptions::default()
     });
     let t0 = Instant::now();
     let refresh = discovery.apply(scan_of(vec![sighting(dir.path(), 7, None)]), t0);
@@ -115,6 +116,7 @@ fn in_kubernetes_a_directory_stays_while_its_pod_does() {
     let mut discovery = Discovery::new(DiscoveryOptions {
         pod_logs: Some(PodLogs::new(logs.path())),
         retention: linger(1),
+        ..DiscoveryOptions::default()
     });
     let t0 = Instant::now();
     discovery.apply(scan_of(vec![sighting(dir.path(), 7, Some(UID))]), t0);
@@ -143,6 +145,7 @@ fn in_kubernetes_a_directory_stays_while_its_pod_does() {
     let mut discovery = Discovery::new(DiscoveryOptions {
         pod_logs: Some(PodLogs::new(logs.path().join("missing"))),
         retention: linger(60),
+        ..DiscoveryOptions::default()
     });
     let refresh = discovery.apply(scan_of(vec![sighting(dir.path(), 7, Some(UID))]), t0);
     assert_eq!(refresh.problems.len(), 1);
@@ -213,6 +216,7 @@ fn a_container_the_log_tree_names_later_is_named_then() {
     let mut discovery = Discovery::new(DiscoveryOptions {
         pod_logs: Some(PodLogs::new(&pods).with_container_links(&links)),
         retention: linger(60),
+        ..DiscoveryOptions::default()
     });
     let id = DirId::of(dir.path()).unwrap();
     let t0 = Instant::now();
@@ -230,4 +234,51 @@ fn a_container_the_log_tree_names_later_is_named_then() {
     discovery.apply(scan_of(vec![sighting(dir.path(), 7, Some(UID))]), t0);
     let pod = discovery.targets()[&id].pod().unwrap();
     assert_eq!(pod.container.as_deref(), Some("vllm"));
+}
+
+#[test]
+fn beyond_max_kept_a_directory_is_read_while_held_and_not_kept_and_a_released_one_is_never_reopened(
+) {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut discovery = Discovery::new(DiscoveryOptions {
+        pod_logs: None,
+        retention: linger(60),
+        max_kept: Some(2),
+    });
+    let sightings = || {
+        dirs.iter()
+            .enumerate()
+            .map(|(i, d)| sighting(d.path(), 7 + i as u64, None))
+            .collect()
+    };
+    let t0 = Instant::now();
+    let refresh = discovery.apply(scan_of(sightings()), t0);
+    assert_eq!(refresh.added.len(), 3);
+    assert_eq!(discovery.kept(), 2);
+    assert_eq!(refresh.unretained.len(), 1);
+    let unretained = refresh.unretained[0];
+    let target = &discovery.targets()[&unretained];
+    assert!(!target.is_kept() && target.read_path().is_some());
+    // A kept one let go: the unretained one takes its place at the next
+    // refresh; the released one is not opened again.
+    let kept = *discovery
+        .targets()
+        .keys()
+        .find(|id| **id != unretained)
+        .unwrap();
+    assert!(discovery.release(kept));
+    assert_eq!(discovery.kept(), 1);
+    let refresh = discovery.apply(scan_of(sightings()), t0);
+    assert!(refresh.unretained.is_empty());
+    assert_eq!(discovery.kept(), 2);
+    assert!(discovery.targets()[&unretained].is_kept());
+    assert!(!discovery.targets()[&kept].is_kept());
+    assert!(discovery.targets()[&kept].is_released());
+    // Its holders gone, the released one is dropped at once.
+    let rest: Vec<_> = sightings()
+        .into_iter()
+        .filter(|s: &Sighting| DirId::of(&s.dir).unwrap() != kept)
+        .collect();
+    let refresh = discovery.apply(scan_of(rest), t0);
+    assert_eq!(refresh.dropped, [(kept, DropReason::NotKept)]);
 }
