@@ -122,8 +122,8 @@ impl Default for DiscoverOptions {
 pub const DEFAULT_SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The share of the scrape timeout every part's collection gets (they run
-/// side by side); the rest is for the scan, combining, encoding and the
-/// network.
+/// side by side), counted from the scrape's start; the rest is for the
+/// scan, combining, encoding and the network (see `parts_deadline`).
 pub const PART_SHARE: f64 = 0.5;
 
 /// What one part may cost the node agent (`None`: no cap).
@@ -417,10 +417,10 @@ impl DiscoveredReader {
             .map_or(self.options.scrape_timeout, |t| {
                 t.min(self.options.scrape_timeout)
             });
-        let deadline = now + timeout.mul_f64(PART_SHARE);
         if let Some(cause) = self.refresh_due(now) {
             self.refresh(cause, now);
         }
+        let deadline = parts_deadline(now, Instant::now(), timeout);
         let mut groups: BTreeMap<Vec<Label>, (Arc<str>, Vec<&Target>)> = BTreeMap::new();
         for target in self.discovery.targets().values() {
             let (labels, name) = target_labels(target, &self.options.labels);
@@ -591,6 +591,17 @@ impl DiscoveredReader {
             self.pending.remove(0);
         }
     }
+}
+
+/// When the parts' collections must end, for a scrape that started at
+/// `start`, whose scan of `/proc` ended at `scanned`: [`PART_SHARE`] of the
+/// timeout after the start, or, after a long scan, a quarter of it after
+/// the scan; never later than nine tenths of it (the rest is for combining
+/// and encoding).
+fn parts_deadline(start: Instant, scanned: Instant, timeout: Duration) -> Instant {
+    let share = start + timeout.mul_f64(PART_SHARE);
+    let after_scan = scanned + timeout / 4;
+    share.max(after_scan).min(start + timeout.mul_f64(0.9))
 }
 
 /// The parts' readers, with the caps of files and samples.
