@@ -43,7 +43,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::model::Label;
-use crate::pipeline::parts::{Capped, PartCaps, PartReaders, PartSpec, PartsCollection};
+use crate::pipeline::parts::{Capped, PartCaps, PartReaders, PartSpec, PartsCollection, Pin};
 use crate::source::descriptors;
 use crate::source::discover::{
     Decision, DirId, Discovery, DiscoveryOptions, PodLogs, Problem, Refresh, Retention, Target,
@@ -439,6 +439,7 @@ impl DiscoveredReader {
             targets.sort_by_key(|t| (t.first_seen(), t.id()));
             let mut inputs = Vec::new();
             let mut shown_as = Vec::new();
+            let mut pins: Vec<Pin> = Vec::new();
             let mut cost = PartCost {
                 part: name.clone(),
                 labels: labels.clone(),
@@ -458,8 +459,9 @@ impl DiscoveredReader {
                     inputs.push(Input::Directory(path.clone()));
                     let shown = format!("{name}:{}", target.dir().display());
                     shown_as.push((path.clone(), PathBuf::from(shown)));
-                    if !target.is_kept() {
-                        cost.directories_not_kept += 1;
+                    match target.pin() {
+                        Some(pin) => pins.push(pin),
+                        None => cost.directories_not_kept += 1,
                     }
                 }
                 let mut report = report_of(target, &labels, &name);
@@ -482,6 +484,7 @@ impl DiscoveredReader {
                     labels: labels.clone(),
                     inputs,
                     shown_as,
+                    pins,
                 });
                 costs.entry(labels).or_insert(cost);
             }

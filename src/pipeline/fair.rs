@@ -21,6 +21,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 use crate::model::MetricFamily;
+use crate::pipeline::parts::Pin;
 use crate::pipeline::{Collection, Collector};
 use crate::source::link_policy::LinkPolicy;
 use crate::source::writers::WriterPolicy;
@@ -148,6 +149,7 @@ impl Slot {
     pub(crate) fn start(
         &mut self,
         inputs: &[Input],
+        pins: &[Pin],
         settings: &Settings,
         finished: &Arc<Finished>,
     ) {
@@ -163,6 +165,8 @@ impl Slot {
         }
         let shared = self.shared.clone();
         let inputs = inputs.to_vec();
+        // Dropped when the job ends.
+        let pins = pins.to_vec();
         let settings = settings.clone();
         let finished = finished.clone();
         let job = move || {
@@ -182,6 +186,7 @@ impl Slot {
                 collector.release_budget();
             }
             drop(collector);
+            drop(pins);
             state.busy = false;
             state.done = Some(collected);
             drop(state);
@@ -211,6 +216,22 @@ impl Slot {
     /// Forgets the last families (the part was left out).
     pub(crate) fn forget_last(&mut self) {
         self.last = None;
+    }
+
+    /// Holds the collector, as a read stuck in the kernel would, until the
+    /// returned sender is dropped (tests).
+    #[cfg(test)]
+    pub(crate) fn stall(&self) -> std::sync::mpsc::Sender<()> {
+        let shared = self.shared.clone();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let (locked, is_locked) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _held = lock(&shared.collector);
+            locked.send(()).unwrap();
+            let _ = released.recv();
+        });
+        is_locked.recv().unwrap();
+        release
     }
 
     /// Whether a job is running.

@@ -48,7 +48,14 @@ pub struct PartSpec<K> {
     /// the second instead (a directory read through `/proc/self/fd/<n>` is
     /// reported as the writers see it).
     pub shown_as: Vec<(PathBuf, PathBuf)>,
+    /// Held for as long as the part's read runs, even past its collection
+    /// (a discovered directory's descriptor, so that `/proc/self/fd/<n>`
+    /// names no other directory meanwhile).
+    pub pins: Vec<Pin>,
 }
+
+/// Something a part's read keeps alive ([`PartSpec::pins`]).
+pub type Pin = Arc<dyn std::any::Any + Send + Sync>;
 
 /// Caps on what one part may cost (`None`: no cap). A part past one is left
 /// out of the collection, alone, and reported ([`PartReport::capped`]).
@@ -248,7 +255,7 @@ impl<K: Ord + Clone> PartReaders<K> {
             }
             Some(deadline) => {
                 for (spec, slot) in parts.iter().zip(&mut slots) {
-                    slot.start(&spec.inputs, &self.settings, &self.finished);
+                    slot.start(&spec.inputs, &spec.pins, &self.settings, &self.finished);
                 }
                 wait(&self.finished, slots.iter(), deadline);
                 outcomes.extend(slots.iter_mut().map(Slot::outcome));
@@ -377,6 +384,7 @@ mod tests {
             labels: vec![("part".into(), key.into())],
             inputs: vec![Input::Directory(dir.to_path_buf())],
             shown_as: vec![(dir.to_path_buf(), PathBuf::from(shown))],
+            pins: Vec::new(),
         }
     }
 
@@ -418,6 +426,99 @@ mod tests {
             SkipReason::DirectoryMissing
         );
         assert_eq!(out.collection.problems[0].path, Path::new("A:/m"));
+        assert!(out.collection.families.is_empty());
+    }
+
+    #[test]
+    fn a_part_not_done_by_the_deadline_is_served_from_its_last_collection_and_the_others_anew() {
+        use std::time::Duration;
+        let tmp = tempfile::tempdir().unwrap();
+        let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        counter(&a, 1, 1.0);
+        counter(&b, 1, 5.0);
+        let specs = || vec![spec("a", &a, "A:/m"), spec("b", &b, "B:/m")];
+        let text = |out: &PartsCollection<String>| {
+            String::from_utf8(crate::expose::encode::encode(
+                &out.collection.families,
+                crate::expose::encode::Format::Text,
+                crate::expose::encode::Escaping::Underscores,
+            ))
+            .unwrap()
+        };
+        let late = |out: &PartsCollection<String>| -> Vec<Option<bool>> {
+            out.reports.iter().map(|r| r.late).collect()
+        };
+        let soon = || Instant::now() + Duration::from_secs(60);
+        let mut readers = PartReaders::new(LinkPolicy::NoLinks);
+        let out = readers.collect_by(specs(), soon());
+        assert_eq!(late(&out), [None, None]);
+        assert!(text(&out).contains("c_total{part=\"b\"} 5.0"));
+
+        // `b`'s read is stuck: the collection ends at its deadline with `a`
+        // anew and `b` as it was.
+        counter(&a, 1, 2.0);
+        counter(&b, 1, 6.0);
+        let stuck = readers.readers[&"b".to_owned()].stall();
+        let start = Instant::now();
+        let out = readers.collect_by(specs(), start + Duration::from_millis(100));
+        assert!(start.elapsed() < Duration::from_secs(30));
+        assert_eq!(late(&out), [None, Some(true)]);
+        assert_eq!(out.reports[1].series, 1);
+        let served = text(&out);
+        assert!(served.contains("c_total{part=\"a\"} 2.0"), "{served}");
+        assert!(served.contains("c_total{part=\"b\"} 5.0"), "{served}");
+        // Still stuck: no second job is started, `b` is served as it was.
+        let out = readers.collect_by(specs(), Instant::now() + Duration::from_millis(50));
+        assert_eq!(late(&out), [None, Some(true)]);
+
+        // Unstuck, its job ends in the background; the next collection
+        // serves it anew.
+        drop(stuck);
+        let out = readers.collect_by(specs(), soon());
+        assert_eq!(late(&out), [None, None]);
+        assert!(text(&out).contains("c_total{part=\"b\"} 6.0"));
+
+        // A new part stuck before its first collection is left out.
+        let c = tmp.path().join("c");
+        std::fs::create_dir_all(&c).unwrap();
+        counter(&c, 1, 7.0);
+        readers.collect(vec![spec("c", &c, "C:/m")]);
+        let stuck = readers.readers[&"c".to_owned()].stall();
+        let mut with_c = specs();
+        with_c.push(spec("c", &c, "C:/m"));
+        let out = readers.collect_by(with_c, Instant::now() + Duration::from_millis(50));
+        // (It was read by `collect`, which keeps no last families.)
+        assert_eq!(late(&out), [None, None, Some(false)]);
+        assert!(!text(&out).contains("part=\"c\""));
+        drop(stuck);
+    }
+
+    #[test]
+    fn a_part_past_a_cap_is_left_out_alone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        counter(&a, 1, 1.0);
+        counter(&b, 1, 5.0);
+        counter(&b, 2, 5.0);
+        let mut readers = PartReaders::new(LinkPolicy::NoLinks);
+        readers.set_caps(PartCaps {
+            max_files: Some(1),
+            max_series: None,
+        });
+        let out = readers.collect(vec![spec("a", &a, "A:/m"), spec("b", &b, "B:/m")]);
+        let capped: Vec<_> = out.reports.iter().map(|r| r.capped).collect();
+        assert_eq!(capped, [None, Some(Capped::Files(2))]);
+        assert_eq!(out.collection.families[0].samples.len(), 1);
+        readers.set_caps(PartCaps {
+            max_files: None,
+            max_series: Some(0),
+        });
+        let out = readers.collect(vec![spec("a", &a, "A:/m")]);
+        assert_eq!(out.reports[0].capped, Some(Capped::Series(1)));
         assert!(out.collection.families.is_empty());
     }
 }

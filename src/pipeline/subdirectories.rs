@@ -144,6 +144,7 @@ impl SubdirectoryReader {
                                 labels: vec![(self.label.clone(), value)],
                                 inputs: vec![Input::Directory(path)],
                                 shown_as: Vec::new(),
+                                pins: Vec::new(),
                             });
                         } else {
                             out.duplicates.push(path);

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::pods::{PodIndex, PodLogs};
@@ -64,7 +65,7 @@ pub struct PodRef {
 #[derive(Debug)]
 pub struct Target {
     id: DirId,
-    kept: Option<KeptDir>,
+    kept: Option<Arc<KeptDir>>,
     locations: Vec<Location>,
     holders: Vec<Holder>,
     via: Option<PathBuf>,
@@ -93,6 +94,14 @@ impl Target {
             None if self.is_held() => self.via.clone(),
             None => None,
         }
+    }
+
+    /// The kept descriptor, shared: while a reader holds it, the path
+    /// [`Target::read_path`] gave stays this directory's even after the
+    /// target is dropped (its descriptor number cannot be reused for another
+    /// directory meanwhile).
+    pub fn pin(&self) -> Option<Arc<KeptDir>> {
+        self.kept.clone()
     }
 
     /// Whether the directory is held open by the exporter (readable after its
@@ -433,7 +442,7 @@ impl Target {
         for (sighting, path) in sightings {
             if self.kept.is_none() && may_open {
                 match KeptDir::open(&path) {
-                    Ok(kept) if kept.id() == self.id => self.kept = Some(kept),
+                    Ok(kept) if kept.id() == self.id => self.kept = Some(Arc::new(kept)),
                     Ok(_) => problems.push(Problem::NotKept {
                         id: self.id,
                         dir: sighting.dir.clone(),
