@@ -21,12 +21,15 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 use crate::model::MetricFamily;
-use crate::pipeline::parts::Pin;
 use crate::pipeline::{Collection, Collector};
 use crate::source::link_policy::LinkPolicy;
 use crate::source::writers::WriterPolicy;
 use crate::source::{Input, MemoryBudget};
 use crate::transform::config::PerWriter as PerWriterConfig;
+
+/// Something a part's read keeps alive until it ends (a discovered
+/// directory's descriptor: `PartSpec::pins` of `pipeline::parts`).
+pub type Pin = Arc<dyn std::any::Any + Send + Sync>;
 
 /// Beyond this many queued rechecks, every file is rechecked instead.
 const MAX_PENDING_RECHECKS: usize = 4096;
@@ -89,7 +92,7 @@ struct State {
 #[derive(Debug)]
 pub(crate) enum Outcome {
     /// Done in time.
-    Fresh(Collection),
+    Fresh(Box<Collection>),
     /// Not done in time: its last families (none before its first
     /// collection).
     Late(Option<Vec<MetricFamily>>),
@@ -246,7 +249,7 @@ impl Slot {
         match done {
             Some(collection) => {
                 self.last = Some(collection.families.clone());
-                Outcome::Fresh(collection)
+                Outcome::Fresh(Box::new(collection))
             }
             None => Outcome::Late(self.last.clone()),
         }

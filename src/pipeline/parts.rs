@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::model::Label;
+pub use crate::pipeline::fair::Pin;
 use crate::pipeline::fair::{wait, Finished, Outcome, Settings, Slot};
 use crate::pipeline::lifecycle::WriterReport;
 use crate::pipeline::{CollectStats, Collection};
@@ -53,9 +54,6 @@ pub struct PartSpec<K> {
     /// names no other directory meanwhile).
     pub pins: Vec<Pin>,
 }
-
-/// Something a part's read keeps alive ([`PartSpec::pins`]).
-pub type Pin = Arc<dyn std::any::Any + Send + Sync>;
 
 /// Caps on what one part may cost (`None`: no cap). A part past one is left
 /// out of the collection, alone, and reported ([`PartReport::capped`]).
@@ -219,7 +217,7 @@ impl<K: Ord + Clone> PartReaders<K> {
 
     /// [`Self::collect`], each part on a thread of its own, waiting for them
     /// until `deadline` at the latest: a part not done by then is served from
-    /// its last collection (see [`super::fair`]).
+    /// its last collection (`pipeline/fair.rs`).
     pub fn collect_by(&mut self, parts: Vec<PartSpec<K>>, deadline: Instant) -> PartsCollection<K> {
         self.collect_with(parts, Some(deadline))
     }
@@ -250,7 +248,9 @@ impl<K: Ord + Clone> PartReaders<K> {
         match deadline {
             None => {
                 for (spec, slot) in parts.iter().zip(&mut slots) {
-                    outcomes.push(Outcome::Fresh(slot.run(&spec.inputs, &self.settings)));
+                    outcomes.push(Outcome::Fresh(Box::new(
+                        slot.run(&spec.inputs, &self.settings),
+                    )));
                 }
             }
             Some(deadline) => {
@@ -276,6 +276,7 @@ impl<K: Ord + Clone> PartReaders<K> {
             };
             let families = match outcome {
                 Outcome::Fresh(collection) => {
+                    let collection = *collection;
                     for problem in &collection.problems {
                         if problem.reason.is_directory_reason() {
                             out.unreadable

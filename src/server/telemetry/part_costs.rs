@@ -140,21 +140,23 @@ pub(crate) fn log_found_and_dropped(refresh: &RefreshReport) {
     }
 }
 
+/// One gauge's sample of a part: an extra label, if any, and the value.
+type PartSample = Option<(Option<(&'static str, &'static str)>, f64)>;
+
 /// The per-part gauges of `parts`.
 pub(crate) fn add_families(p: &str, parts: &[PartCost], out: &mut FamilyList) {
-    let series =
-        |value: &dyn Fn(&PartCost) -> Option<(Option<(&'static str, &'static str)>, f64)>| {
-            parts
-                .iter()
-                .filter_map(|part| {
-                    let (extra, v) = value(part)?;
-                    let mut labels: Vec<(&str, &str)> =
-                        part.labels.iter().map(|(n, v)| (&**n, &**v)).collect();
-                    labels.extend(extra);
-                    Some((labels, v))
-                })
-                .collect::<Vec<_>>()
-        };
+    let series = |value: &dyn Fn(&PartCost) -> PartSample| {
+        parts
+            .iter()
+            .filter_map(|part| {
+                let (extra, v) = value(part)?;
+                let mut labels: Vec<(&str, &str)> =
+                    part.labels.iter().map(|(n, v)| (&**n, &**v)).collect();
+                labels.extend(extra);
+                Some((labels, v))
+            })
+            .collect::<Vec<_>>()
+    };
     out.gauge_series(
         &format!("{p}discovery_part_directories_left_out"),
         "Directories of a discovered pod (or container, or process) left out at the last scrape because it has --discover.max-directories-per-pod older ones; only pods with some.",
