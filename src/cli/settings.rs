@@ -617,6 +617,37 @@ mod tests {
             &["--discover.processes", "--discover.container-label", "a-b"],
             "--discover.container-label",
         );
+        // What one pod may cost: defaults, a cap turned off, the timeout.
+        let options = discover(&["--discover.processes"]).unwrap().unwrap();
+        assert_eq!(options.caps, DiscoverCaps::default());
+        assert_eq!(options.scrape_timeout, Duration::from_secs(10));
+        let options = discover(&[
+            "--discover.processes",
+            "--discover.max-directories-per-pod",
+            "0",
+            "--discover.max-series-per-pod",
+            "7",
+            "--discover.reserved-descriptors",
+            "64",
+            "--web.scrape-timeout",
+            "3s",
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            options.caps,
+            DiscoverCaps {
+                max_directories: None,
+                max_files: Some(DiscoverCaps::MAX_FILES),
+                max_series: Some(7),
+                reserved_descriptors: 64,
+            }
+        );
+        assert_eq!(options.scrape_timeout, Duration::from_secs(3));
+        wrong(
+            &["--discover.processes", "--web.scrape-timeout", "0"],
+            "--web.scrape-timeout",
+        );
     }
 
     #[test]

@@ -63,6 +63,9 @@ use crate::transform::{self, config::Config};
 pub(crate) struct Scraper {
     inputs: Vec<Input>,
     reads_subdirectories: bool,
+    /// The directories are discovered: a collection may scan `/proc` and
+    /// waits for its parts until their deadline, never on a worker.
+    discovers: bool,
     state: Mutex<ScrapeState>,
     in_flight: Mutex<InFlight>,
     bodies: Mutex<Bodies>,
@@ -286,6 +289,7 @@ impl Scraper {
         let inputs = source.inputs().to_vec();
         Self {
             reads_subdirectories: source.reads_subdirectories(),
+            discovers: source.discovers(),
             state: Mutex::new(ScrapeState {
                 source: source
                     .with_memory_budget(memory_budget)
@@ -398,7 +402,8 @@ impl Scraper {
     /// worker; the next one is handed over again.
     pub(crate) fn is_quick(&self) -> bool {
         let nanos = self.last_render_nanos.load(Ordering::Relaxed);
-        nanos > 0
+        !self.discovers
+            && nanos > 0
             && nanos < QUICK_SCRAPE.as_nanos() as u64
             && !self
                 .in_flight

@@ -226,7 +226,10 @@ fn a_pod_holding_1500_directories_under_1024_descriptors_is_capped_and_the_other
         let kept = sample_value(&text, "multiproc_exporter_discovery_kept_directories").unwrap();
         let max = sample_value(&text, "multiproc_exporter_discovery_kept_directories_max").unwrap();
         assert!(kept <= max && max <= 1024.0 - 256.0, "{kept} of {max}");
+        let healthy = support::get_within(&format!("{}/-/healthy", exporter.base), &[], timeout);
+        assert_eq!(healthy.status, 200);
     }
+    eprintln!("the agent holds {} descriptors", open_fds(exporter.pid()));
     // The agent keeps 16 of its directories open, and far fewer
     // descriptors than its limit.
     let pid = exporter.pid();
