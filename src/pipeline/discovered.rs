@@ -700,3 +700,18 @@ fn problem_report(problem: &Problem) -> ProblemReport {
         not_found,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_parts_get_half_the_timeout_a_quarter_after_a_long_scan_never_past_nine_tenths() {
+        let start = Instant::now();
+        let s = Duration::from_millis;
+        let timeout = Duration::from_secs(10);
+        assert_eq!(parts_deadline(start, start + s(100), timeout), start + s(5000));
+        assert_eq!(parts_deadline(start, start + s(4000), timeout), start + s(6500));
+        assert_eq!(parts_deadline(start, start + s(8000), timeout), start + s(9000));
+    }
+}
