@@ -710,8 +710,17 @@ mod tests {
         let start = Instant::now();
         let s = Duration::from_millis;
         let timeout = Duration::from_secs(10);
-        assert_eq!(parts_deadline(start, start + s(100), timeout), start + s(5000));
-        assert_eq!(parts_deadline(start, start + s(4000), timeout), start + s(6500));
-        assert_eq!(parts_deadline(start, start + s(8000), timeout), start + s(9000));
+        assert_eq!(
+            parts_deadline(start, start + s(100), timeout),
+            start + s(5000)
+        );
+        assert_eq!(
+            parts_deadline(start, start + s(4000), timeout),
+            start + s(6500)
+        );
+        assert_eq!(
+            parts_deadline(start, start + s(8000), timeout),
+            start + s(9000)
+        );
     }
 }
