@@ -67,6 +67,9 @@ pub(crate) struct Slot {
     shared: Arc<Shared>,
     /// The families last collected (what a late collection serves).
     last: Option<Vec<MetricFamily>>,
+    /// Its last collection listed more files than the cap allows: it is
+    /// not read again until its directories hold fewer.
+    over_files: bool,
 }
 
 #[derive(Debug)]
@@ -96,6 +99,8 @@ pub(crate) enum Outcome {
     /// Not done in time: its last families (none before its first
     /// collection).
     Late(Option<Vec<MetricFamily>>),
+    /// Not read: still this many files, more than the cap.
+    OverFiles(usize),
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -113,6 +118,7 @@ impl Slot {
                 state: Mutex::new(State::default()),
             }),
             last: None,
+            over_files: false,
         }
     }
 
@@ -216,9 +222,39 @@ impl Slot {
         take_rechecks(&self.shared)
     }
 
-    /// Forgets the last families (the part was left out).
-    pub(crate) fn forget_last(&mut self) {
+    /// The part listed more files than `max` allows: its last families are
+    /// forgotten, and it is not read again while its directories hold more.
+    pub(crate) fn over_files(&mut self) {
         self.last = None;
+        self.over_files = true;
+    }
+
+    /// For a part over the cap of files at its last collection: how many
+    /// metric files its `inputs` hold now if still more than `max` (it is
+    /// then not read, and its collector's maps are let go), else `None`
+    /// (it is read again).
+    pub(crate) fn still_over_files(
+        &mut self,
+        inputs: &[Input],
+        max: usize,
+        settings: &Settings,
+    ) -> Option<usize> {
+        if !self.over_files {
+            return None;
+        }
+        let files: usize = inputs.iter().map(count_files).sum();
+        if files <= max {
+            self.over_files = false;
+            return None;
+        }
+        if !lock(&self.shared.state).busy {
+            if let Ok(mut collector) = self.shared.collector.try_lock() {
+                collector.release_budget();
+                *collector = Collector::with_link_policy(settings.link_policy);
+                apply(&mut collector, settings);
+            }
+        }
+        Some(files)
     }
 
     /// Holds the collector, as a read stuck in the kernel would, until the
@@ -253,6 +289,20 @@ impl Slot {
             }
             None => Outcome::Late(self.last.clone()),
         }
+    }
+}
+
+/// The metric files (`*.db`) an input holds: a directory's entries so
+/// named, without reading them (0 when it cannot be listed).
+fn count_files(input: &Input) -> usize {
+    match input {
+        Input::File(_) => 1,
+        Input::Directory(dir) => std::fs::read_dir(dir).map_or(0, |entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter(|e| e.file_name().as_encoded_bytes().ends_with(b".db"))
+                .count()
+        }),
     }
 }
 

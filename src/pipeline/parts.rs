@@ -244,21 +244,44 @@ impl<K: Ord + Clone> PartReaders<K> {
                 key
             })
             .collect();
-        let mut outcomes = Vec::with_capacity(parts.len());
+        // A part over the cap of files last time is not read while it still
+        // holds more (counted from its listing alone).
+        let mut outcomes: Vec<Option<Outcome>> = parts
+            .iter()
+            .zip(&mut slots)
+            .map(|(spec, slot)| {
+                let max = self.caps.max_files?;
+                let files = slot.still_over_files(&spec.inputs, max, &self.settings)?;
+                Some(Outcome::OverFiles(files))
+            })
+            .collect();
         match deadline {
             None => {
-                for (spec, slot) in parts.iter().zip(&mut slots) {
-                    outcomes.push(Outcome::Fresh(Box::new(
-                        slot.run(&spec.inputs, &self.settings),
-                    )));
+                for ((spec, slot), outcome) in parts.iter().zip(&mut slots).zip(&mut outcomes) {
+                    if outcome.is_none() {
+                        let collection = slot.run(&spec.inputs, &self.settings);
+                        *outcome = Some(Outcome::Fresh(Box::new(collection)));
+                    }
                 }
             }
             Some(deadline) => {
-                for (spec, slot) in parts.iter().zip(&mut slots) {
-                    slot.start(&spec.inputs, &spec.pins, &self.settings, &self.finished);
+                for ((spec, slot), outcome) in parts.iter().zip(&mut slots).zip(&outcomes) {
+                    if outcome.is_none() {
+                        slot.start(&spec.inputs, &spec.pins, &self.settings, &self.finished);
+                    }
                 }
-                wait(&self.finished, slots.iter(), deadline);
-                outcomes.extend(slots.iter_mut().map(Slot::outcome));
+                let read: Vec<&Slot> = slots
+                    .iter()
+                    .zip(&outcomes)
+                    .filter(|(_, o)| o.is_none())
+                    .map(|(s, _)| s)
+                    .collect();
+                wait(&self.finished, read.iter().copied(), deadline);
+                for (slot, outcome) in slots.iter_mut().zip(&mut outcomes) {
+                    if outcome.is_none() {
+                        *outcome = Some(slot.outcome());
+                    }
+                }
             }
         }
         let mut problems = Vec::new();
@@ -267,6 +290,7 @@ impl<K: Ord + Clone> PartReaders<K> {
         let mut ray_logs_unreadable = None;
         let mut combined = Vec::with_capacity(parts.len());
         for ((spec, mut slot), outcome) in parts.into_iter().zip(slots).zip(outcomes) {
+            let outcome = outcome.unwrap_or(Outcome::Late(None));
             let mut report = PartReport {
                 key: spec.key.clone(),
                 files: 0,
@@ -296,13 +320,18 @@ impl<K: Ord + Clone> PartReaders<K> {
                     ray_logs_unreadable = ray_logs_unreadable.or(collection.ray_logs_unreadable);
                     if self.caps.max_files.is_some_and(|max| report.files > max) {
                         report.capped = Some(Capped::Files(report.files));
-                        slot.forget_last();
+                        slot.over_files();
                     }
                     collection.families
                 }
                 Outcome::Late(last) => {
                     report.late = Some(last.is_some());
                     last.unwrap_or_default()
+                }
+                Outcome::OverFiles(files) => {
+                    report.files = files;
+                    report.capped = Some(Capped::Files(files));
+                    Vec::new()
                 }
             };
             let series: usize = families.iter().map(|f| f.samples.len()).sum();
@@ -514,6 +543,21 @@ mod tests {
         let capped: Vec<_> = out.reports.iter().map(|r| r.capped).collect();
         assert_eq!(capped, [None, Some(Capped::Files(2))]);
         assert_eq!(out.collection.families[0].samples.len(), 1);
+        // Still over: not read again (its files unread: 3 counted from the
+        // listing, none merged), until it holds no more than the cap.
+        counter(&b, 3, 5.0);
+        let out = readers.collect_by(
+            vec![spec("a", &a, "A:/m"), spec("b", &b, "B:/m")],
+            Instant::now() + std::time::Duration::from_secs(60),
+        );
+        assert_eq!(out.reports[1].capped, Some(Capped::Files(3)));
+        assert_eq!(out.collection.stats.files_listed, 1);
+        for pid in [2, 3] {
+            std::fs::remove_file(b.join(format!("counter_{pid}.db"))).unwrap();
+        }
+        let out = readers.collect(vec![spec("a", &a, "A:/m"), spec("b", &b, "B:/m")]);
+        assert_eq!(out.reports[1].capped, None);
+        assert_eq!(out.reports[1].series, 1);
         readers.set_caps(PartCaps {
             max_files: None,
             max_series: Some(0),
