@@ -19,7 +19,7 @@ use hyper_util::rt::TokioExecutor;
 
 use crate::http_client::{connector, error_chain, Trust};
 use crate::sink::metrics::FailureReason;
-use crate::sink::push::Protocol;
+use crate::sink::protocol::Protocol;
 
 /// How requests authenticate, as Prometheus's `remote_write` does it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,7 +9,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::push::Protocol;
+use super::protocol::Protocol;
 use crate::model::family_list::FamilyList;
 use crate::model::{Labels, MetricFamily, MetricType, Sample};
 
@@ -89,6 +89,9 @@ impl DropReason {
     }
 }
 
+/// A family's values for one destination: (the `reason`, if any; value).
+type Values<'a> = dyn Fn(&DestinationMetrics) -> Vec<(Option<&'static str>, f64)> + 'a;
+
 /// The push metrics of every destination (`protocol` label).
 #[derive(Debug, Default)]
 pub(crate) struct PushMetrics {
@@ -135,40 +138,39 @@ impl PushMetrics {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
         let bits = |a: &AtomicU64| f64::from_bits(a.load(Ordering::Relaxed));
         let mut families = Vec::new();
-        let mut family =
-            |name: &str,
-             help: &str,
-             metric_type: MetricType,
-             value: &dyn Fn(&DestinationMetrics) -> Vec<(Option<&'static str>, f64)>,
-             reason_label: &str| {
-                let sample_name: Arc<str> = match metric_type {
-                    MetricType::Counter => format!("{p}{name}_total").into(),
-                    _ => format!("{p}{name}").into(),
-                };
-                let mut samples = Vec::new();
-                for (protocol, m) in &on {
-                    let mut values = value(m);
-                    values.sort_by(|a, b| a.0.cmp(&b.0));
-                    for (reason, v) in values {
-                        let mut labels: Vec<(Arc<str>, Arc<str>)> =
-                            vec![(Arc::from("protocol"), Arc::from(*protocol))];
-                        if let Some(reason) = reason {
-                            labels.push((Arc::from(reason_label), Arc::from(reason)));
-                        }
-                        samples.push(Sample {
-                            name: sample_name.clone(),
-                            labels: Labels::new(labels),
-                            value: v,
-                        });
-                    }
-                }
-                families.push(MetricFamily {
-                    name: format!("{p}{name}").into(),
-                    help: help.into(),
-                    metric_type,
-                    samples,
-                });
+        let mut family = |name: &str,
+                          help: &str,
+                          metric_type: MetricType,
+                          value: &Values<'_>,
+                          reason_label: &str| {
+            let sample_name: Arc<str> = match metric_type {
+                MetricType::Counter => format!("{p}{name}_total").into(),
+                _ => format!("{p}{name}").into(),
             };
+            let mut samples = Vec::new();
+            for (protocol, m) in &on {
+                let mut values = value(m);
+                values.sort_by(|a, b| a.0.cmp(&b.0));
+                for (reason, v) in values {
+                    let mut labels: Vec<(Arc<str>, Arc<str>)> =
+                        vec![(Arc::from("protocol"), Arc::from(*protocol))];
+                    if let Some(reason) = reason {
+                        labels.push((Arc::from(reason_label), Arc::from(reason)));
+                    }
+                    samples.push(Sample {
+                        name: sample_name.clone(),
+                        labels: Labels::new(labels),
+                        value: v,
+                    });
+                }
+            }
+            families.push(MetricFamily {
+                name: format!("{p}{name}").into(),
+                help: help.into(),
+                metric_type,
+                samples,
+            });
+        };
         use MetricType::{Counter, Gauge};
         family(
             "push_samples_sent",

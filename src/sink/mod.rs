@@ -11,6 +11,7 @@
 
 mod client;
 pub(crate) mod metrics;
+mod protocol;
 pub mod push;
 
 pub use client::Authorization;

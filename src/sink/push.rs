@@ -37,48 +37,12 @@ use axum::http::Uri;
 use tokio::sync::{watch, Notify};
 
 use super::metrics::{DestinationMetrics, DropReason, FailureReason};
+pub use super::protocol::Protocol;
 use super::{unix_now, Feed};
 use crate::expose::{otlp, remote_write};
 
 /// The first backoff after a failure; it doubles up to the maximum.
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
-
-/// The protocol a destination speaks (the `protocol` label of the push
-/// self-metrics).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Protocol {
-    /// Prometheus remote write 1.0 (protobuf, snappy).
-    RemoteWrite,
-    /// OTLP/HTTP (protobuf, gzip).
-    Otlp,
-}
-
-impl Protocol {
-    pub(crate) const ALL: [Self; 2] = [Self::Otlp, Self::RemoteWrite];
-
-    pub(crate) fn index(self) -> usize {
-        match self {
-            Self::RemoteWrite => 0,
-            Self::Otlp => 1,
-        }
-    }
-
-    /// The label value.
-    pub(crate) fn label(self) -> &'static str {
-        match self {
-            Self::RemoteWrite => "remote_write",
-            Self::Otlp => "otlp",
-        }
-    }
-
-    /// What the logs call the receiver.
-    fn receiver(self) -> &'static str {
-        match self {
-            Self::RemoteWrite => "the remote-write receiver",
-            Self::Otlp => "the OTLP receiver",
-        }
-    }
-}
 
 /// Settings of `--push.*`, validated.
 #[derive(Debug, Clone)]
