@@ -540,4 +540,19 @@ fn the_demo_delivers_its_families_over_otlp() {
         }
     }
     assert_cumulative_never_goes_down(&requests);
+    // Every histogram's per-bucket counts add up to its count.
+    for m in metrics(&requests[seen + 2])
+        .iter()
+        .filter(|m| m["type"] == "histogram")
+    {
+        for p in m["points"].as_array().expect("points") {
+            let counts: u64 = p["counts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(Value::as_u64)
+                .sum();
+            assert_eq!(Some(counts), p["count"].as_u64(), "{}: {p}", m["name"]);
+        }
+    }
 }
