@@ -52,9 +52,9 @@ const NO_RECORDED_VALUE: u32 = DataPointFlags::NoRecordedValueMask as u32;
 
 /// Start times of the cumulative series across collections: `_created`
 /// where served; else the time pushing started, moved to the previous
-/// collection's time when a series' value goes down (a reset). Remembers
-/// each series' last point to flag it `NO_RECORDED_VALUE` once when it
-/// disappears.
+/// collection's time when a series' value goes down (a reset, also when it
+/// comes back lower after it disappeared). Remembers each series' last
+/// point to flag it `NO_RECORDED_VALUE` once when it disappears.
 #[derive(Debug)]
 pub struct StartTimes {
     default_start: u64,
@@ -69,7 +69,14 @@ struct Track {
     /// The last point, flagged and emptied, with its metric's frame.
     stale: Stale,
     seen: bool,
+    /// Flagged `NO_RECORDED_VALUE` already; kept to tell a reset when the
+    /// series comes back.
+    gone: bool,
 }
+
+/// Vanished series remembered beyond the live ones before they are
+/// forgotten (a series that comes back after that starts afresh).
+const GONE_KEPT: usize = 10_000;
 
 #[derive(Debug, Clone)]
 struct Stale {
@@ -116,6 +123,7 @@ impl StartTimes {
                         last: value,
                         stale: stale(),
                         seen: true,
+                        gone: false,
                     },
                 );
                 self.default_start
@@ -135,23 +143,31 @@ impl StartTimes {
                         last: f64::NAN,
                         stale: stale(),
                         seen: true,
+                        gone: false,
                     },
                 );
             }
         }
     }
 
-    /// The stale points of the series not seen since the last call, at
-    /// `time`; forgets them.
+    /// The stale points of the series not seen since the last call (once
+    /// per disappearance), at `time`.
     fn finish(&mut self, time: u64) -> Vec<Stale> {
         let mut gone = Vec::new();
-        self.series.retain(|_, track| {
+        let mut kept_gone = 0;
+        for track in self.series.values_mut() {
             if std::mem::take(&mut track.seen) {
-                return true;
+                track.gone = false;
+            } else if !track.gone {
+                track.gone = true;
+                gone.push(track.stale.clone());
+            } else {
+                kept_gone += 1;
             }
-            gone.push(track.stale.clone());
-            false
-        });
+        }
+        if kept_gone > GONE_KEPT + self.series.len() / 2 {
+            self.series.retain(|_, track| !track.gone);
+        }
         for stale in &mut gone {
             match &mut stale.point {
                 StalePoint::Gauge(p) | StalePoint::Sum(p, _) => p.time_unix_nano = time,

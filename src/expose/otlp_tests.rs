@@ -359,6 +359,18 @@ fn start_times_stay_until_a_reset_and_vanished_series_are_flagged_once() {
         panic!()
     };
     assert_eq!(sum.data_points[0].start_time_unix_nano, T1);
+
+    // The summary comes back with a lower count (its writer started over):
+    // a reset, so it starts at the collection before; unflagged again.
+    let mut back = served();
+    back[3].samples[2].value = 1.0;
+    let fourth = export_request(&back, T2 + 2, &[], &mut starts);
+    let rpc = metrics(&fourth).iter().find(|m| m.name == "rpc").unwrap();
+    let Some(Data::Summary(s)) = &rpc.data else {
+        panic!()
+    };
+    assert_eq!((s.data_points[0].count, s.data_points[0].flags), (1, 0));
+    assert_eq!(s.data_points[0].start_time_unix_nano, T2 + 1);
 }
 
 #[test]
