@@ -396,17 +396,19 @@ async fn send<F: Feed>(
                     );
                 }
                 if protocol == Protocol::Otlp {
-                    if let Some((rejected, message)) = otlp::partial_success(&answer) {
-                        metrics.rejected(rejected.max(0) as u64);
-                        if partial.as_deref() != Some(message.as_str()) {
-                            tracing::warn!(
-                                protocol = protocol.label(),
-                                rejected_data_points = rejected,
-                                error = %message,
-                                "The OTLP receiver accepted a request only in part (partial success)."
-                            );
-                            partial = Some(message);
-                        }
+                    let Some((rejected, message)) = otlp::partial_success(&answer) else {
+                        partial = None;
+                        continue;
+                    };
+                    metrics.rejected(rejected.max(0) as u64);
+                    if partial.as_deref() != Some(message.as_str()) {
+                        tracing::warn!(
+                            protocol = protocol.label(),
+                            rejected_data_points = rejected,
+                            error = %message,
+                            "The OTLP receiver accepted a request only in part (partial success)."
+                        );
+                        partial = Some(message);
                     }
                 }
             }
