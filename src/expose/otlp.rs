@@ -428,19 +428,17 @@ fn map_family(family: &MetricFamily, time: u64, starts: &mut StartTimes, out: &m
                 ),
             };
             let created_name = format!("{}_created", family.name);
-            let created: Vec<&Sample> = family
+            let created: HashMap<&crate::model::Labels, f64> = family
                 .samples
                 .iter()
                 .filter(|s| *s.name == *created_name)
+                .map(|s| (&s.labels, s.value))
                 .collect();
             let mut data_points = Vec::new();
             for sample in family.samples.iter().filter(|s| *s.name == *sample_name) {
                 let attrs = attributes(sample, "");
                 let key = series_key(&name, &attrs);
-                let from_created = created
-                    .iter()
-                    .find(|c| c.labels == sample.labels)
-                    .map_or(0, |c| nanos(c.value));
+                let from_created = created.get(&sample.labels).map_or(0, |&c| nanos(c));
                 let mut point = number_point(attrs, 0, time, sample.value);
                 let tracked = starts.start(&key, sample.value, || Stale {
                     name: name.clone(),
