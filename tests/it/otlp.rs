@@ -32,11 +32,16 @@ impl Receiver {
     /// Starts the receiver on `port` (0: any), appending to `out`,
     /// answering every request with `status`.
     fn start(python: &Path, out: &Path, port: u16, status: u16) -> Receiver {
+        Self::start_with(python, out, port, &["--status", &status.to_string()])
+    }
+
+    /// Starts the receiver with `args` (`--status CODE`, `--reject N`).
+    fn start_with(python: &Path, out: &Path, port: u16, args: &[&str]) -> Receiver {
         let mut child = Command::new(python)
             .arg(repo_root().join("tests/python/otlp_receiver.py"))
             .arg(out)
             .arg(port.to_string())
-            .args(["--status", &status.to_string()])
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -486,6 +491,37 @@ fn an_outage_loses_no_collection_and_a_refusal_is_not_retried() {
             .contains("400"),
         "{logged:?}"
     );
+}
+
+#[test]
+fn a_partial_success_is_counted_and_logged_once() {
+    let Some(python) = python() else { return };
+    let work = tempfile::tempdir().expect("tempdir");
+    let dir = work.path().join("multiproc");
+    std::fs::create_dir(&dir).expect("mkdir");
+    write_counter(&dir, "100", 1.0);
+    let receiver = Receiver::start_with(
+        &python,
+        &work.path().join("otlp.jsonl"),
+        0,
+        &["--reject", "2"],
+    );
+    let exporter = pushing_exporter(&dir, &receiver.url(), &[]);
+    let rejected = "multiproc_exporter_push_samples_rejected_total{protocol=\"otlp\"}";
+    let sent = "multiproc_exporter_push_requests_sent_total{protocol=\"otlp\"}";
+    let (requests, points) = wait_for("three partial successes", || {
+        let body = exporter.metrics();
+        let requests = sample_value(&body, sent)?;
+        (requests >= 3.0).then_some((requests, sample_value(&body, rejected)?))
+    });
+    // Accepted (not retried, not dropped), the rejected points counted.
+    assert!(points >= 2.0 * requests - 2.0, "{points} for {requests}");
+    assert!(receiver.requests().len() as f64 >= requests);
+    let logged =
+        exporter.logs_with("The OTLP receiver accepted a request only in part (partial success).");
+    assert_eq!(logged.len(), 1, "{:#?}", exporter.logs());
+    assert_eq!(logged[0]["rejected_data_points"], 2);
+    assert_eq!(logged[0]["error"], "rejected by the test");
 }
 
 /// The point of `vllm:prompt_tokens_total{model_name="m"}` in a request.

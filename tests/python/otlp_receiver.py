@@ -9,9 +9,10 @@ every metric's type, temporality, monotonicity, metadata and data points.
 Floats are written as Python's repr (``nan``, ``inf``, ``-inf`` included) so
 that the Rust side reads them back exactly.
 
-Usage: otlp_receiver.py OUT.jsonl PORT [--status CODE]
+Usage: otlp_receiver.py OUT.jsonl PORT [--status CODE] [--reject N]
 ``--status`` answers every request with CODE (after recording it); by default
-the answer is 200 with an empty ExportMetricsServiceResponse.
+the answer is 200 with an ExportMetricsServiceResponse, empty unless
+``--reject N`` makes it a partial success rejecting N data points.
 The listening port is printed on standard output once it is bound.
 """
 
@@ -116,6 +117,7 @@ def main():
     parser.add_argument("out")
     parser.add_argument("port", type=int)
     parser.add_argument("--status", type=int, default=200)
+    parser.add_argument("--reject", type=int, default=0)
     args = parser.parse_args()
     out = open(args.out, "a", encoding="utf-8")
 
@@ -149,6 +151,9 @@ def main():
             if args.status != 200:
                 return self.answer(args.status, b"refused by the test", "text/plain")
             response = metrics_service_pb2.ExportMetricsServiceResponse()
+            if args.reject:
+                response.partial_success.rejected_data_points = args.reject
+                response.partial_success.error_message = "rejected by the test"
             self.answer(200, response.SerializeToString())
 
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
