@@ -95,7 +95,11 @@ pub(crate) fn run(flags: DemoFlags) -> ExitCode {
         &flags.config,
         &flags.web,
         DEMO_LISTEN_ADDRESS,
-    ) {
+    )
+    .and_then(|mut settings| {
+        settings.push = flags.push.validate()?;
+        Ok(settings)
+    }) {
         Ok(settings) => server::run(settings),
         Err(e) => {
             tracing::error!("{e}");

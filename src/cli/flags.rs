@@ -315,8 +315,8 @@ pub struct LogFlags {
     pub log_level: LogLevel,
 }
 
-/// Pushing with Prometheus remote write (`serve`), for clusters where
-/// Prometheus cannot reach the pod (docs/sources.md).
+/// Pushing with Prometheus remote write or OTLP (`serve`), for clusters
+/// where nothing can reach the pod to scrape it (docs/sources.md).
 #[derive(Debug, Clone, Default, Args)]
 pub struct PushFlags {
     /// Push what the metrics path serves, every --push.interval, to this
@@ -330,6 +330,29 @@ pub struct PushFlags {
         value_name = "URL"
     )]
     pub remote_write_url: Option<String>,
+    /// Push what the metrics path serves, every --push.interval, to this
+    /// OTLP/HTTP receiver (protobuf, gzip), e.g.
+    /// `http://otel-collector:4318/v1/metrics`, mapped as the OpenTelemetry
+    /// Collector's Prometheus receiver maps a scrape (docs/sources.md).
+    /// Beside or instead of --push.remote-write-url; the other --push.*
+    /// flags apply to both. Off when not given.
+    #[arg(
+        long = "push.otlp-url",
+        env = "MULTIPROC_EXPORTER_PUSH_OTLP_URL",
+        value_name = "URL"
+    )]
+    pub otlp_url: Option<String>,
+    /// A header sent with every push request, as `NAME=VALUE` (a tenant,
+    /// an API key). Repeatable; comma-separated in the environment variable.
+    /// Headers the protocols set themselves (Content-Type,
+    /// Content-Encoding, Authorization, ...) cannot be given.
+    #[arg(
+        long = "push.header",
+        env = "MULTIPROC_EXPORTER_PUSH_HEADER",
+        value_name = "NAME=VALUE",
+        value_delimiter = ','
+    )]
+    pub headers: Vec<String>,
     /// Time between two collections pushed.
     #[arg(
         long = "push.interval",
@@ -339,7 +362,7 @@ pub struct PushFlags {
         default_value = "15s"
     )]
     pub interval: Duration,
-    /// Time allowed for one remote-write request.
+    /// Time allowed for one push request.
     #[arg(
         long = "push.timeout",
         env = "MULTIPROC_EXPORTER_PUSH_TIMEOUT",
@@ -381,7 +404,9 @@ pub struct PushFlags {
     pub flush_deadline: Duration,
     /// A label added to every pushed series that lacks it, as `NAME=VALUE`
     /// (like Prometheus's `external_labels`; a scrape's `job` and
-    /// `instance` do not exist when pushing, so name the pod here).
+    /// `instance` do not exist when pushing, so name the pod here). With
+    /// OTLP, a resource attribute (`job` → `service.name`, `instance` →
+    /// `service.instance.id`, as the Collector names them).
     /// Repeatable; comma-separated in the environment variable.
     #[arg(
         long = "push.label",
@@ -758,4 +783,7 @@ pub struct DemoFlags {
     /// Logging.
     #[command(flatten)]
     pub log: LogFlags,
+    /// Pushing the demo's metrics (remote write, OTLP).
+    #[command(flatten)]
+    pub push: Box<PushFlags>,
 }

@@ -332,23 +332,71 @@ pub(crate) fn serve_settings(
 }
 
 impl PushFlags {
-    /// The push settings, `None` without `--push.remote-write-url`.
+    /// The push settings, `None` without `--push.remote-write-url` and
+    /// `--push.otlp-url`.
     pub(crate) fn validate(&self) -> Result<Option<PushSettings>, String> {
-        let Some(url) = self.remote_write_url.as_deref().filter(|u| !u.is_empty()) else {
+        let url = |flag: &str, url: &Option<String>| -> Result<Option<Uri>, String> {
+            let Some(url) = url.as_deref().filter(|u| !u.is_empty()) else {
+                return Ok(None);
+            };
+            let bad = |why: &str| format!("Invalid {flag} {url:?}: {why}.");
+            let uri: Uri = url.parse().map_err(|e| bad(&format!("{e}")))?;
+            if !matches!(uri.scheme_str(), Some("http" | "https")) {
+                return Err(bad("the scheme must be http or https"));
+            }
+            let Some(authority) = uri.authority() else {
+                return Err(bad("no host"));
+            };
+            if authority.as_str().contains('@') {
+                return Err(bad(
+                    "credentials go in --push.basic-auth.* or --push.bearer-token-file, not in the URL",
+                ));
+            }
+            Ok(Some(uri))
+        };
+        let remote_write_url = url("--push.remote-write-url", &self.remote_write_url)?;
+        let otlp_url = url("--push.otlp-url", &self.otlp_url)?;
+        if remote_write_url.is_none() && otlp_url.is_none() {
             return Ok(None);
-        };
-        let bad = |why: &str| format!("Invalid --push.remote-write-url {url:?}: {why}.");
-        let uri: Uri = url.parse().map_err(|e| bad(&format!("{e}")))?;
-        if !matches!(uri.scheme_str(), Some("http" | "https")) {
-            return Err(bad("the scheme must be http or https"));
         }
-        let Some(authority) = uri.authority() else {
-            return Err(bad("no host"));
-        };
-        if authority.as_str().contains('@') {
-            return Err(bad(
-                "credentials go in --push.basic-auth.* or --push.bearer-token-file, not in the URL",
-            ));
+        let mut headers: Vec<(String, String)> = Vec::new();
+        for header in &self.headers {
+            let Some((name, value)) = header.split_once('=') else {
+                return Err(format!(
+                    "Invalid --push.header {header:?}: write NAME=VALUE."
+                ));
+            };
+            let (name, value) = (name.trim(), value.trim());
+            if axum::http::HeaderName::from_bytes(name.as_bytes()).is_err()
+                || axum::http::HeaderValue::from_str(value).is_err()
+            {
+                return Err(format!(
+                    "Invalid --push.header {header:?}: not an HTTP header name and value."
+                ));
+            }
+            const RESERVED: [&str; 12] = [
+                "authorization",
+                "connection",
+                "content-encoding",
+                "content-length",
+                "content-type",
+                "host",
+                "keep-alive",
+                "te",
+                "transfer-encoding",
+                "upgrade",
+                "user-agent",
+                "x-prometheus-remote-write-version",
+            ];
+            if RESERVED.contains(&name.to_ascii_lowercase().as_str()) {
+                return Err(format!(
+                    "Invalid --push.header {header:?}: the exporter sets {name} itself."
+                ));
+            }
+            if headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name)) {
+                return Err(format!("--push.header {name:?} is given twice."));
+            }
+            headers.push((name.to_owned(), value.to_owned()));
         }
         if self.interval.is_zero() {
             return Err("--push.interval must be more than 0.".to_owned());
@@ -401,7 +449,9 @@ impl PushFlags {
                 ),
             };
         Ok(Some(PushSettings {
-            url: uri,
+            remote_write_url,
+            otlp_url,
+            headers,
             interval: self.interval,
             timeout: self.timeout,
             queue_capacity: self.queue_capacity,
@@ -537,6 +587,26 @@ mod tests {
             f.validate().unwrap_err()
         };
         assert!(wrong(|f| f.remote_write_url = Some("ftp://x/".into())).contains("scheme"));
+        assert!(wrong(|f| f.otlp_url = Some("ftp://x/".into())).contains("--push.otlp-url"));
+        assert!(wrong(|f| f.headers = vec!["X-A".into()]).contains("NAME=VALUE"));
+        assert!(wrong(|f| f.headers = vec!["Content-Encoding=br".into()]).contains("itself"));
+        assert!(wrong(|f| f.headers = vec!["a b=1".into()]).contains("header name"));
+        assert!(wrong(|f| f.headers = vec!["X-A=1".into(), "x-a=2".into()]).contains("twice"));
+        let otlp_only = PushFlags {
+            remote_write_url: None,
+            otlp_url: Some("https://collector:4318/v1/metrics".into()),
+            headers: vec!["X-Scope-OrgID=t-1".into()],
+            ..flags.clone()
+        }
+        .validate()
+        .unwrap()
+        .unwrap();
+        assert!(otlp_only.remote_write_url.is_none());
+        assert_eq!(
+            otlp_only.otlp_url.unwrap().to_string(),
+            "https://collector:4318/v1/metrics"
+        );
+        assert_eq!(otlp_only.headers, [("X-Scope-OrgID".into(), "t-1".into())]);
         assert!(
             wrong(|f| f.remote_write_url = Some("https://u:p@x/".into())).contains("basic-auth")
         );

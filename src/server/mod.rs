@@ -11,9 +11,10 @@
 //!   scrapes finish). Scrapes go through [`crate::pipeline`] (`scrape`, which
 //!   coalesces concurrent ones); the HTTP plumbing is `http`, the web
 //!   configuration `web_config`, the exporter's own telemetry `telemetry`.
-//! * With `--push.remote-write-url`, the served metrics are also pushed with
-//!   Prometheus remote write on an interval ([`crate::sink::push`], fed by
-//!   the server's shared state as a `sink::Feed`).
+//! * With `--push.remote-write-url` and/or `--push.otlp-url`, the served
+//!   metrics are also pushed with Prometheus remote write and/or OTLP on an
+//!   interval ([`crate::sink::push`], fed by the server's shared state as a
+//!   `sink::Feed`).
 //!
 //! The server starts serving at once, even when no metrics directory exists
 //! yet (vLLM creates its files only after engine start-up): scrapes then
@@ -465,7 +466,7 @@ pub struct ServeSettings {
     pub idle_timeout: Option<Duration>,
     /// Time from a request's headers to the last byte of its response.
     pub write_timeout: Option<Duration>,
-    /// Pushing with remote write (`--push.*`), if on.
+    /// Pushing with remote write and/or OTLP (`--push.*`), if on.
     pub push: Option<crate::sink::push::PushSettings>,
 }
 

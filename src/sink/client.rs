@@ -1,9 +1,11 @@
-//! The HTTP side of pushing: one remote-write 1.0 POST (hyper's client over
-//! rustls with *ring*, the TLS stack the server already uses; the Mozilla
-//! roots of `webpki-roots` plus `--push.tls.ca-file`), with the headers the
-//! protocol asks for and the credentials read from their files at every
-//! request (so rotated secrets apply), and the answer sorted into success or
-//! a [`FailureReason`].
+//! The HTTP side of pushing: one POST of a remote-write 1.0 or OTLP/HTTP
+//! request (hyper's client over rustls with *ring*, the TLS stack the server
+//! already uses; the Mozilla roots of `webpki-roots` plus
+//! `--push.tls.ca-file`), with the headers the protocol asks for, the
+//! `--push.header`s, and the credentials read from their files at every
+//! request (so rotated secrets apply), and the answer sorted into success
+//! (with its body: OTLP's partial success) or a [`FailureReason`] (with the
+//! receiver's `Retry-After`, if any).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -17,6 +19,7 @@ use hyper_util::rt::TokioExecutor;
 
 use crate::http_client::{connector, error_chain, Trust};
 use crate::sink::metrics::FailureReason;
+use crate::sink::protocol::Protocol;
 
 /// How requests authenticate, as Prometheus's `remote_write` does it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,27 +35,78 @@ pub enum Authorization {
     BearerTokenFile(PathBuf),
 }
 
-/// Sends remote-write requests to one URL.
+/// Sends one protocol's requests to one URL.
 #[derive(Debug, Clone)]
 pub(crate) struct Client {
     http: hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Body>,
     url: Uri,
+    protocol: Protocol,
     authorization: Option<Authorization>,
+    headers: Vec<(header::HeaderName, HeaderValue)>,
     timeout: Duration,
 }
 
 /// Why a request failed, with a detail for the log.
 pub(crate) type Failure = (FailureReason, String);
 
+/// A failed request: why, and how long the receiver asked to wait
+/// (`Retry-After`).
+#[derive(Debug)]
+pub(crate) struct Failed {
+    pub(crate) reason: FailureReason,
+    pub(crate) detail: String,
+    pub(crate) retry_after: Option<Duration>,
+}
+
+impl From<Failure> for Failed {
+    fn from((reason, detail): Failure) -> Self {
+        Self {
+            reason,
+            detail,
+            retry_after: None,
+        }
+    }
+}
+
+/// The longest `Retry-After` honoured (a receiver asking for more is
+/// retried after this).
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(600);
+
+/// `Retry-After` as seconds or an HTTP date, from now.
+pub(crate) fn retry_after(value: Option<&HeaderValue>) -> Option<Duration> {
+    let value = value?.to_str().ok()?.trim();
+    let wait = match value.parse::<u64>() {
+        Ok(seconds) => Duration::from_secs(seconds),
+        Err(_) => httpdate::parse_http_date(value)
+            .ok()?
+            .duration_since(std::time::SystemTime::now())
+            .unwrap_or_default(),
+    };
+    Some(wait.min(MAX_RETRY_AFTER))
+}
+
 impl Client {
     /// A client for `url`, trusting `ca_file`'s certificates besides the
     /// usual roots.
     pub(crate) fn new(
         url: Uri,
+        protocol: Protocol,
         authorization: Option<Authorization>,
+        headers: &[(String, String)],
         ca_file: Option<&Path>,
         timeout: Duration,
     ) -> Result<Self, String> {
+        let headers = headers
+            .iter()
+            .map(|(name, value)| {
+                let name = header::HeaderName::from_bytes(name.as_bytes())
+                    .map_err(|_| format!("--push.header {name:?}: not a header name"))?;
+                let mut value = HeaderValue::from_str(value)
+                    .map_err(|_| format!("--push.header {name}: not a header value"))?;
+                value.set_sensitive(true);
+                Ok((name, value))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
         let connector = match ca_file {
             None => connector(Trust::PublicRoots),
             Some(path) => {
@@ -69,13 +123,16 @@ impl Client {
         Ok(Self {
             http,
             url,
+            protocol,
             authorization,
+            headers,
             timeout,
         })
     }
 
-    /// POSTs one snappy-compressed `WriteRequest`.
-    pub(crate) async fn send(&self, body: Bytes) -> Result<(), Failure> {
+    /// POSTs one encoded request (a snappy-compressed `WriteRequest` or a
+    /// gzipped `ExportMetricsServiceRequest`); the answer's body on success.
+    pub(crate) async fn send(&self, body: Bytes) -> Result<Bytes, Failed> {
         let request = self.request(body)?;
         let answer = tokio::time::timeout(self.timeout, async {
             let response = self
@@ -84,24 +141,25 @@ impl Client {
                 .await
                 .map_err(|e| (FailureReason::Connection, error_chain(&e)))?;
             let status = response.status();
-            // A short excerpt of the answer for the log.
+            let wait = retry_after(response.headers().get(header::RETRY_AFTER));
+            // The answer (OTLP's partial success; an excerpt for the log).
             let body = axum::body::to_bytes(Body::new(response.into_body()), 64 * 1024)
                 .await
                 .unwrap_or_default();
-            Ok::<_, Failure>((status, body))
+            Ok::<_, Failure>((status, wait, body))
         })
         .await;
-        let (status, body) = match answer {
+        let (status, wait, body) = match answer {
             Err(_) => {
-                return Err((
+                return Err(Failed::from((
                     FailureReason::Timeout,
                     format!("no answer within {:?}", self.timeout),
-                ))
+                )))
             }
             Ok(answer) => answer?,
         };
         if status.is_success() {
-            return Ok(());
+            return Ok(body);
         }
         let reason = if status == StatusCode::TOO_MANY_REQUESTS {
             FailureReason::TooManyRequests
@@ -110,23 +168,39 @@ impl Client {
         } else {
             FailureReason::Rejected
         };
-        let text = String::from_utf8_lossy(&body[..body.len().min(512)]);
-        Err((reason, format!("HTTP {status}: {}", text.trim())))
+        // OTLP answers errors with a protobuf `Status`: only text is logged.
+        let text = match std::str::from_utf8(&body[..body.len().min(512)]) {
+            Ok(text) => text.trim().to_owned(),
+            Err(_) => format!("({} bytes)", body.len()),
+        };
+        Err(Failed {
+            reason,
+            detail: format!("HTTP {status}: {text}"),
+            retry_after: wait.filter(|_| reason.retried()),
+        })
     }
 
     fn request(&self, body: Bytes) -> Result<Request<Body>, Failure> {
-        let mut request = Request::builder()
+        let mut builder = Request::builder()
             .method(Method::POST)
             .uri(self.url.clone())
-            .header(header::CONTENT_ENCODING, "snappy")
             .header(header::CONTENT_TYPE, "application/x-protobuf")
             .header(
                 header::USER_AGENT,
                 concat!("multiproc-exporter/", env!("CARGO_PKG_VERSION")),
-            )
-            .header("X-Prometheus-Remote-Write-Version", "0.1.0")
+            );
+        builder = match self.protocol {
+            Protocol::RemoteWrite => builder
+                .header(header::CONTENT_ENCODING, "snappy")
+                .header("X-Prometheus-Remote-Write-Version", "0.1.0"),
+            Protocol::Otlp => builder.header(header::CONTENT_ENCODING, "gzip"),
+        };
+        let mut request = builder
             .body(Body::from(body))
             .map_err(|e| (FailureReason::Rejected, e.to_string()))?;
+        for (name, value) in &self.headers {
+            request.headers_mut().insert(name.clone(), value.clone());
+        }
         if let Some(value) = self.authorization_header()? {
             request.headers_mut().insert(header::AUTHORIZATION, value);
         }

@@ -1,13 +1,17 @@
-//! The exporter's own metrics about pushing (`--push.remote-write-url`):
-//! samples and bytes sent, failed requests by reason, collections and
-//! samples dropped by reason, the queue, and the last success. Part of the
+//! The exporter's own metrics about pushing (`--push.remote-write-url`,
+//! `--push.otlp-url`), per destination (label `protocol`): samples and bytes
+//! sent, samples an OTLP receiver rejected, failed requests by reason,
+//! collections and samples dropped by reason, the queue, and the last
+//! success. Part of the
 //! self-metrics ([`crate::server::telemetry::self_metrics`]), present only
 //! when pushing is on; documented in `docs/metrics.md`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 
+use super::protocol::Protocol;
 use crate::model::family_list::FamilyList;
-use crate::model::MetricType;
+use crate::model::{Labels, MetricFamily, MetricType, Sample};
 
 /// Why a request failed (the `reason` label of
 /// `multiproc_exporter_push_failures_total`).
@@ -85,13 +89,24 @@ impl DropReason {
     }
 }
 
-/// The push counters and gauges (all zero until pushing starts).
+/// A family's values for one destination: (the `reason`, if any; value).
+type Values<'a> = dyn Fn(&DestinationMetrics) -> Vec<(Option<&'static str>, f64)> + 'a;
+
+/// The push metrics of every destination (`protocol` label).
 #[derive(Debug, Default)]
 pub(crate) struct PushMetrics {
+    destinations: [DestinationMetrics; 2],
+}
+
+/// The push counters and gauges of one destination (all zero, and absent,
+/// until pushing there starts).
+#[derive(Debug, Default)]
+pub(crate) struct DestinationMetrics {
     enabled: AtomicBool,
     samples_sent: AtomicU64,
     bytes_sent: AtomicU64,
     requests_sent: AtomicU64,
+    samples_rejected: AtomicU64,
     failures: [AtomicU64; 5],
     collections_dropped: [AtomicU64; 3],
     samples_dropped: [AtomicU64; 3],
@@ -104,7 +119,160 @@ pub(crate) struct PushMetrics {
 }
 
 impl PushMetrics {
-    /// Turns the push metrics on, with the queue's capacity.
+    /// The metrics of the destination speaking `protocol`.
+    pub(crate) fn of(&self, protocol: Protocol) -> &DestinationMetrics {
+        &self.destinations[protocol.index()]
+    }
+
+    /// Adds the families (`p` is the self-metrics' prefix), each with one
+    /// series per destination pushed to (label `protocol`).
+    pub(crate) fn add_families(&self, p: &str, out: &mut FamilyList) {
+        let on: Vec<(&'static str, &DestinationMetrics)> = Protocol::ALL
+            .iter()
+            .map(|&protocol| (protocol.label(), self.of(protocol)))
+            .filter(|(_, m)| m.enabled.load(Ordering::Relaxed))
+            .collect();
+        if on.is_empty() {
+            return;
+        }
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
+        let bits = |a: &AtomicU64| f64::from_bits(a.load(Ordering::Relaxed));
+        let mut families = Vec::new();
+        let mut family = |name: &str,
+                          help: &str,
+                          metric_type: MetricType,
+                          value: &Values<'_>,
+                          reason_label: &str| {
+            let sample_name: Arc<str> = match metric_type {
+                MetricType::Counter => format!("{p}{name}_total").into(),
+                _ => format!("{p}{name}").into(),
+            };
+            let mut samples = Vec::new();
+            for (protocol, m) in &on {
+                let mut values = value(m);
+                values.sort_by(|a, b| a.0.cmp(&b.0));
+                for (reason, v) in values {
+                    let mut labels: Vec<(Arc<str>, Arc<str>)> =
+                        vec![(Arc::from("protocol"), Arc::from(*protocol))];
+                    if let Some(reason) = reason {
+                        labels.push((Arc::from(reason_label), Arc::from(reason)));
+                    }
+                    samples.push(Sample {
+                        name: sample_name.clone(),
+                        labels: Labels::new(labels),
+                        value: v,
+                    });
+                }
+            }
+            families.push(MetricFamily {
+                name: format!("{p}{name}").into(),
+                help: help.into(),
+                metric_type,
+                samples,
+            });
+        };
+        use MetricType::{Counter, Gauge};
+        family(
+            "push_samples_sent",
+            "Samples the receiver accepted (remote write: one per series per collection; OTLP: one per data point, a histogram's or summary's series counting once).",
+            Counter,
+            &|m| vec![(None, get(&m.samples_sent))],
+            "",
+        );
+        family(
+            "push_bytes_sent",
+            "Bytes of accepted requests (protobuf compressed with snappy for remote write, gzip for OTLP).",
+            Counter,
+            &|m| vec![(None, get(&m.bytes_sent))],
+            "",
+        );
+        family(
+            "push_requests_sent",
+            "Requests the receiver accepted (one per collection).",
+            Counter,
+            &|m| vec![(None, get(&m.requests_sent))],
+            "",
+        );
+        family(
+            "push_samples_rejected",
+            "Data points an OTLP receiver rejected in an accepted request (its partial success); never for remote write.",
+            Counter,
+            &|m| vec![(None, get(&m.samples_rejected))],
+            "",
+        );
+        family(
+            "push_failures",
+            "Requests that failed, by reason (connection, timeout, http_429 and http_5xx are retried with backoff; http_4xx is dropped).",
+            Counter,
+            &|m| {
+                FailureReason::ALL
+                    .iter()
+                    .zip(&m.failures)
+                    .map(|(r, n)| (Some(r.label()), get(n)))
+                    .collect()
+            },
+            "reason",
+        );
+        family(
+            "push_collections_dropped",
+            "Collections dropped without being sent, by reason (queue_full: the oldest made room in a full queue; rejected: the receiver answered 4xx; shutdown: still queued when the final flush's deadline passed).",
+            Counter,
+            &|m| {
+                DropReason::ALL
+                    .iter()
+                    .zip(&m.collections_dropped)
+                    .map(|(r, n)| (Some(r.label()), get(n)))
+                    .collect()
+            },
+            "reason",
+        );
+        family(
+            "push_samples_dropped",
+            "Samples of the collections dropped without being sent, by reason.",
+            Counter,
+            &|m| {
+                DropReason::ALL
+                    .iter()
+                    .zip(&m.samples_dropped)
+                    .map(|(r, n)| (Some(r.label()), get(n)))
+                    .collect()
+            },
+            "reason",
+        );
+        family(
+            "push_queue_length",
+            "Collections waiting to be sent.",
+            Gauge,
+            &|m| vec![(None, get(&m.queue_length))],
+            "",
+        );
+        family(
+            "push_queue_capacity",
+            "Collections the queue holds before dropping the oldest (--push.queue-capacity).",
+            Gauge,
+            &|m| vec![(None, get(&m.queue_capacity))],
+            "",
+        );
+        family(
+            "push_last_success_timestamp_seconds",
+            "Time the receiver last accepted a request, in seconds since the Unix epoch (0: never).",
+            Gauge,
+            &|m| vec![(None, bits(&m.last_success))],
+            "",
+        );
+        family(
+            "push_last_request_duration_seconds",
+            "Time the last request took, in seconds.",
+            Gauge,
+            &|m| vec![(None, bits(&m.last_duration))],
+            "",
+        );
+        out.extend(families);
+    }
+}
+
+impl DestinationMetrics {
+    /// Turns the metrics on, with the queue's capacity.
     pub(crate) fn enable(&self, queue_capacity: usize) {
         self.enabled.store(true, Ordering::Relaxed);
         self.queue_capacity
@@ -121,6 +289,11 @@ impl PushMetrics {
             .store(unix_seconds.to_bits(), Ordering::Relaxed);
         self.last_duration
             .store(seconds.to_bits(), Ordering::Relaxed);
+    }
+
+    /// Records data points the receiver rejected in an accepted request.
+    pub(crate) fn rejected(&self, points: u64) {
+        self.samples_rejected.fetch_add(points, Ordering::Relaxed);
     }
 
     /// Records a failed request.
@@ -144,80 +317,6 @@ impl PushMetrics {
     pub(crate) fn set_queue_length(&self, length: usize) {
         self.queue_length.store(length as u64, Ordering::Relaxed);
     }
-
-    /// Adds the families (`p` is the self-metrics' prefix), when pushing is on.
-    pub(crate) fn add_families(&self, p: &str, out: &mut FamilyList) {
-        if !self.enabled.load(Ordering::Relaxed) {
-            return;
-        }
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
-        let bits = |a: &AtomicU64| f64::from_bits(a.load(Ordering::Relaxed));
-        out.counter(
-            &format!("{p}push_samples_sent"),
-            "Samples the remote-write receiver accepted.",
-            get(&self.samples_sent),
-        );
-        out.counter(
-            &format!("{p}push_bytes_sent"),
-            "Bytes of accepted remote-write requests (protobuf compressed with snappy).",
-            get(&self.bytes_sent),
-        );
-        out.counter(
-            &format!("{p}push_requests_sent"),
-            "Remote-write requests the receiver accepted (one per collection).",
-            get(&self.requests_sent),
-        );
-        out.by_label(
-            &format!("{p}push_failures"),
-            "Remote-write requests that failed, by reason (connection, timeout, http_429 and http_5xx are retried with backoff; http_4xx is dropped).",
-            MetricType::Counter,
-            "reason",
-            FailureReason::ALL
-                .iter()
-                .zip(&self.failures)
-                .map(|(r, n)| (r.label(), get(n))),
-        );
-        out.by_label(
-            &format!("{p}push_collections_dropped"),
-            "Collections dropped without being sent, by reason (queue_full: the oldest made room in a full queue; rejected: the receiver answered 4xx; shutdown: still queued when the final flush's deadline passed).",
-            MetricType::Counter,
-            "reason",
-            DropReason::ALL
-                .iter()
-                .zip(&self.collections_dropped)
-                .map(|(r, n)| (r.label(), get(n))),
-        );
-        out.by_label(
-            &format!("{p}push_samples_dropped"),
-            "Samples of the collections dropped without being sent, by reason.",
-            MetricType::Counter,
-            "reason",
-            DropReason::ALL
-                .iter()
-                .zip(&self.samples_dropped)
-                .map(|(r, n)| (r.label(), get(n))),
-        );
-        out.gauge(
-            &format!("{p}push_queue_length"),
-            "Collections waiting to be sent.",
-            get(&self.queue_length),
-        );
-        out.gauge(
-            &format!("{p}push_queue_capacity"),
-            "Collections the queue holds before dropping the oldest (--push.queue-capacity).",
-            get(&self.queue_capacity),
-        );
-        out.gauge(
-            &format!("{p}push_last_success_timestamp_seconds"),
-            "Time the receiver last accepted a request, in seconds since the Unix epoch (0: never).",
-            bits(&self.last_success),
-        );
-        out.gauge(
-            &format!("{p}push_last_request_duration_seconds"),
-            "Time the last remote-write request took, in seconds.",
-            bits(&self.last_duration),
-        );
-    }
 }
 
 #[cfg(test)]
@@ -225,38 +324,51 @@ mod tests {
     use super::*;
 
     #[test]
-    fn absent_until_enabled_then_every_reason_is_present() {
+    fn absent_until_enabled_then_every_reason_is_present_per_destination() {
         let m = PushMetrics::default();
         let mut out = FamilyList::default();
         m.add_families("p_", &mut out);
         assert!(out.into_families().is_empty());
-        m.enable(3);
-        m.sent(10, 100, 5.0, 0.25);
-        m.failed(FailureReason::ServerError, 0.5);
-        m.dropped(DropReason::QueueFull, 7);
-        m.set_queue_length(2);
-        let mut out = FamilyList::default();
-        m.add_families("p_", &mut out);
-        let text = String::from_utf8(crate::expose::encode::encode(
-            &out.into_families(),
-            crate::expose::encode::Format::Text,
-            crate::expose::encode::Escaping::Underscores,
-        ))
-        .unwrap();
+        let rw = m.of(Protocol::RemoteWrite);
+        rw.enable(3);
+        rw.sent(10, 100, 5.0, 0.25);
+        rw.failed(FailureReason::ServerError, 0.5);
+        rw.dropped(DropReason::QueueFull, 7);
+        rw.set_queue_length(2);
+        let text = |m: &PushMetrics| {
+            let mut out = FamilyList::default();
+            m.add_families("p_", &mut out);
+            String::from_utf8(crate::expose::encode::encode(
+                &out.into_families(),
+                crate::expose::encode::Format::Text,
+                crate::expose::encode::Escaping::Underscores,
+            ))
+            .unwrap()
+        };
+        let only_rw = text(&m);
+        assert!(!only_rw.contains("otlp"), "{only_rw}");
+        let otlp = m.of(Protocol::Otlp);
+        otlp.enable(5);
+        otlp.sent(4, 40, 6.0, 0.1);
+        otlp.rejected(3);
+        let both = text(&m);
         for line in [
-            "p_push_samples_sent_total 10.0\n",
-            "p_push_bytes_sent_total 100.0\n",
-            "p_push_failures_total{reason=\"http_5xx\"} 1.0\n",
-            "p_push_failures_total{reason=\"connection\"} 0.0\n",
-            "p_push_collections_dropped_total{reason=\"queue_full\"} 1.0\n",
-            "p_push_samples_dropped_total{reason=\"queue_full\"} 7.0\n",
-            "p_push_samples_dropped_total{reason=\"shutdown\"} 0.0\n",
-            "p_push_queue_length 2.0\n",
-            "p_push_queue_capacity 3.0\n",
-            "p_push_last_success_timestamp_seconds 5.0\n",
-            "p_push_last_request_duration_seconds 0.5\n",
+            "p_push_samples_sent_total{protocol=\"remote_write\"} 10.0\n",
+            "p_push_samples_sent_total{protocol=\"otlp\"} 4.0\n",
+            "p_push_bytes_sent_total{protocol=\"remote_write\"} 100.0\n",
+            "p_push_samples_rejected_total{protocol=\"otlp\"} 3.0\n",
+            "p_push_samples_rejected_total{protocol=\"remote_write\"} 0.0\n",
+            "p_push_failures_total{protocol=\"remote_write\",reason=\"http_5xx\"} 1.0\n",
+            "p_push_failures_total{protocol=\"otlp\",reason=\"connection\"} 0.0\n",
+            "p_push_collections_dropped_total{protocol=\"remote_write\",reason=\"queue_full\"} 1.0\n",
+            "p_push_samples_dropped_total{protocol=\"remote_write\",reason=\"queue_full\"} 7.0\n",
+            "p_push_samples_dropped_total{protocol=\"otlp\",reason=\"shutdown\"} 0.0\n",
+            "p_push_queue_length{protocol=\"remote_write\"} 2.0\n",
+            "p_push_queue_capacity{protocol=\"otlp\"} 5.0\n",
+            "p_push_last_success_timestamp_seconds{protocol=\"remote_write\"} 5.0\n",
+            "p_push_last_request_duration_seconds{protocol=\"remote_write\"} 0.5\n",
         ] {
-            assert!(text.contains(line), "{line} in\n{text}");
+            assert!(both.contains(line), "{line} in\n{both}");
         }
     }
 }

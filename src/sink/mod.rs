@@ -1,7 +1,8 @@
 //! Sinks: where collections go besides the answer to a scrape. The one sink
-//! is [`push`], Prometheus remote write (`--push.remote-write-url`), with its
-//! HTTP side (`client.rs`, over the outgoing connector of
-//! [`crate::http_client`]) and its self-metrics (`metrics.rs`).
+//! is [`push`], with Prometheus remote write (`--push.remote-write-url`)
+//! and/or OTLP/HTTP (`--push.otlp-url`), with its HTTP side (`client.rs`,
+//! over the outgoing connector of [`crate::http_client`]) and its
+//! self-metrics per destination (`metrics.rs`).
 //!
 //! A sink is fed by the pipeline's collections through a `Feed`, which the
 //! server implements with its scraper: a pushed collection is exactly what
@@ -10,6 +11,7 @@
 
 mod client;
 pub(crate) mod metrics;
+mod protocol;
 pub mod push;
 
 pub use client::Authorization;

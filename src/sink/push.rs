@@ -1,25 +1,29 @@
-//! Pushing the served metrics with Prometheus remote write 1.0
-//! (`--push.remote-write-url`), for clusters where Prometheus cannot reach
-//! the pod to scrape it.
+//! Pushing the served metrics, for clusters where nothing can scrape the
+//! pod: with Prometheus remote write 1.0 (`--push.remote-write-url`), with
+//! OTLP/HTTP (`--push.otlp-url`), or both.
 //!
-//! Every `--push.interval` a collection runs (joined with a scrape in
+//! Every `--push.interval` one collection runs (joined with a scrape in
 //! flight, as a scrape would be) and its families, exactly what `/metrics`
 //! serves (self-metrics included unless `--web.disable-exporter-metrics`),
-//! become one request ([`crate::expose::remote_write`]) stamped with the
-//! collection's time, compressed, and put in a bounded queue of
-//! `--push.queue-capacity` collections. A sender sends the queue oldest
-//! first, one collection per request, so each series gets its samples in
-//! timestamp order (Prometheus rejects a whole request with an out-of-order
-//! sample). Connection errors, timeouts, 429 and 5xx are retried with
-//! exponential backoff (doubling from 100 ms up to `--push.max-backoff`);
-//! any other 4xx drops the collection (sending it again would fail again).
-//! When the queue is full the oldest collection makes room for the newest
-//! and is counted as dropped. One log line per change of state (sending ↔
-//! failing, and the queue starting to overflow), not one per attempt.
+//! become one request per destination ([`crate::expose::remote_write`],
+//! [`crate::expose::otlp`]) stamped with the collection's time, compressed,
+//! and put in that destination's bounded queue of `--push.queue-capacity`
+//! collections. Each destination's sender sends its queue oldest first, one
+//! collection per request, so each series gets its samples in timestamp
+//! order (Prometheus rejects a whole request with an out-of-order sample).
+//! Connection errors, timeouts, 429 and 5xx are retried with exponential
+//! backoff (doubling from 100 ms up to `--push.max-backoff`), or after the
+//! receiver's `Retry-After` when it gives one; any other 4xx drops the
+//! collection (sending it again would fail again). An OTLP receiver's
+//! partial success (points it rejected in an accepted request) is counted
+//! and logged. When a queue is full the oldest collection makes room for
+//! the newest and is counted as dropped. One log line per change of state
+//! (sending ↔ failing, the queue starting to overflow, a new partial-success
+//! message), not one per attempt.
 //!
-//! At shutdown one last collection is queued and the sender gets
-//! `--push.flush-deadline` to empty the queue (retrying at once rather than
-//! after its backoff); what is left is counted as dropped (`shutdown`).
+//! At shutdown one last collection is queued and the senders get
+//! `--push.flush-deadline` to empty the queues (retrying at once rather than
+//! after their backoff); what is left is counted as dropped (`shutdown`).
 
 use super::client::{self, Authorization};
 
@@ -32,9 +36,10 @@ use axum::body::Bytes;
 use axum::http::Uri;
 use tokio::sync::{watch, Notify};
 
-use super::metrics::{DropReason, FailureReason};
+use super::metrics::{DestinationMetrics, DropReason, FailureReason};
+pub use super::protocol::Protocol;
 use super::{unix_now, Feed};
-use crate::expose::remote_write;
+use crate::expose::{otlp, remote_write};
 
 /// The first backoff after a failure; it doubles up to the maximum.
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
@@ -42,8 +47,10 @@ const MIN_BACKOFF: Duration = Duration::from_millis(100);
 /// Settings of `--push.*`, validated.
 #[derive(Debug, Clone)]
 pub struct PushSettings {
-    /// The receiver's URL (`http://` or `https://`).
-    pub url: Uri,
+    /// The remote-write receiver's URL (`http://` or `https://`), if any.
+    pub remote_write_url: Option<Uri>,
+    /// The OTLP/HTTP receiver's URL (`.../v1/metrics`), if any.
+    pub otlp_url: Option<Uri>,
     /// Time between collections pushed.
     pub interval: Duration,
     /// Time allowed for one request.
@@ -54,12 +61,28 @@ pub struct PushSettings {
     pub max_backoff: Duration,
     /// Time the last collections get to be sent at shutdown.
     pub flush_deadline: Duration,
-    /// Labels added to every series that lacks them (`--push.label`).
+    /// Labels added to every series that lacks them (remote write), or the
+    /// resource's attributes (OTLP) (`--push.label`).
     pub labels: Vec<(String, String)>,
+    /// Headers sent with every request (`--push.header`).
+    pub headers: Vec<(String, String)>,
     /// Credentials, if any.
     pub authorization: Option<Authorization>,
     /// Certificates trusted besides the usual roots (`--push.tls.ca-file`).
     pub ca_file: Option<PathBuf>,
+}
+
+impl PushSettings {
+    /// The destinations, remote write first.
+    fn destinations(&self) -> Vec<(Protocol, Uri)> {
+        [
+            (Protocol::RemoteWrite, &self.remote_write_url),
+            (Protocol::Otlp, &self.otlp_url),
+        ]
+        .into_iter()
+        .filter_map(|(p, url)| url.clone().map(|url| (p, url)))
+        .collect()
+    }
 }
 
 /// One collection, encoded, waiting to be sent.
@@ -71,7 +94,7 @@ struct Batch {
     samples: usize,
 }
 
-/// The bounded queue between the collector and the sender.
+/// The bounded queue between the collector and one destination's sender.
 #[derive(Debug)]
 struct Queue {
     items: Mutex<Items>,
@@ -95,6 +118,55 @@ impl Queue {
     }
 }
 
+/// How one destination encodes a collection, with what it carries from one
+/// collection to the next.
+#[derive(Debug)]
+enum Encoder {
+    /// The last timestamp sent (milliseconds; strictly increasing).
+    RemoteWrite { last_timestamp: i64 },
+    /// The cumulative series' start times.
+    Otlp(otlp::StartTimes),
+}
+
+impl Encoder {
+    fn new(protocol: Protocol, started_nanos: u64) -> Self {
+        match protocol {
+            Protocol::RemoteWrite => Self::RemoteWrite { last_timestamp: 0 },
+            Protocol::Otlp => Self::Otlp(otlp::StartTimes::new(started_nanos)),
+        }
+    }
+
+    /// The request body for `families` collected at `now` (Unix seconds),
+    /// and its number of samples (data points for OTLP).
+    fn encode(
+        &mut self,
+        families: &[crate::model::MetricFamily],
+        now: f64,
+        labels: &[(String, String)],
+    ) -> (Vec<u8>, usize) {
+        match self {
+            Self::RemoteWrite { last_timestamp } => {
+                // Milliseconds, strictly increasing (a clock stepping back
+                // would make Prometheus reject the request).
+                let timestamp = ((now * 1000.0) as i64).max(*last_timestamp + 1);
+                *last_timestamp = timestamp;
+                let request = remote_write::write_request(families, timestamp, labels);
+                let samples = request.timeseries.len();
+                (remote_write::encode(&request), samples)
+            }
+            Self::Otlp(starts) => {
+                let request = otlp::export_request(families, nanos(now), labels, starts);
+                (otlp::encode(&request), otlp::data_points(&request))
+            }
+        }
+    }
+}
+
+/// Unix seconds → nanoseconds.
+fn nanos(seconds: f64) -> u64 {
+    (seconds.max(0.0) * 1e9) as u64
+}
+
 /// Checks the settings that need I/O (the CA file) and returns the task that
 /// pushes until `shutdown` turns true, then flushes.
 pub(crate) fn start<F: Feed>(
@@ -102,76 +174,114 @@ pub(crate) fn start<F: Feed>(
     settings: PushSettings,
     shutdown: watch::Receiver<bool>,
 ) -> Result<tokio::task::JoinHandle<()>, String> {
-    let client = client::Client::new(
-        settings.url.clone(),
-        settings.authorization.clone(),
-        settings.ca_file.as_deref(),
-        settings.timeout,
-    )?;
-    Ok(tokio::spawn(run(feed, settings, client, shutdown)))
+    let mut destinations = Vec::new();
+    for (protocol, url) in settings.destinations() {
+        let client = client::Client::new(
+            url.clone(),
+            protocol,
+            settings.authorization.clone(),
+            &settings.headers,
+            settings.ca_file.as_deref(),
+            settings.timeout,
+        )?;
+        destinations.push((protocol, url, client));
+    }
+    Ok(tokio::spawn(run(feed, settings, destinations, shutdown)))
+}
+
+/// One destination as the collector sees it.
+struct Destination {
+    protocol: Protocol,
+    queue: Arc<Queue>,
+    sender: tokio::task::JoinHandle<()>,
 }
 
 async fn run<F: Feed>(
     feed: Arc<F>,
     settings: PushSettings,
-    client: client::Client,
+    clients: Vec<(Protocol, Uri, client::Client)>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let metrics = feed.push_metrics();
-    metrics.enable(settings.queue_capacity);
-    tracing::info!(
-        url = %settings.url,
-        interval = ?settings.interval,
-        queue_capacity = settings.queue_capacity,
-        "Pushing with remote write."
-    );
-    let queue = Arc::new(Queue {
-        items: Mutex::new(Items::default()),
-        capacity: settings.queue_capacity.max(1),
-        queued: Notify::new(),
-        hurry: Notify::new(),
-    });
-    let sender = tokio::spawn(send(
-        feed.clone(),
-        queue.clone(),
-        client,
-        settings.max_backoff,
-    ));
+    let started = nanos(unix_now());
+    let mut destinations = Vec::new();
+    let mut encoders = Vec::new();
+    for (protocol, url, client) in clients {
+        feed.push_metrics()
+            .of(protocol)
+            .enable(settings.queue_capacity);
+        tracing::info!(
+            url = %url,
+            protocol = protocol.label(),
+            interval = ?settings.interval,
+            queue_capacity = settings.queue_capacity,
+            "Pushing to {}.",
+            protocol.receiver()
+        );
+        let queue = Arc::new(Queue {
+            items: Mutex::new(Items::default()),
+            capacity: settings.queue_capacity.max(1),
+            queued: Notify::new(),
+            hurry: Notify::new(),
+        });
+        let sender = tokio::spawn(send(
+            feed.clone(),
+            protocol,
+            queue.clone(),
+            client,
+            settings.max_backoff,
+        ));
+        destinations.push(Destination {
+            protocol,
+            queue,
+            sender,
+        });
+        encoders.push(Encoder::new(protocol, started));
+    }
     let mut ticker = tokio::time::interval(settings.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut collector = Collector {
         feed: feed.clone(),
         labels: Arc::new(settings.labels.clone()),
+        encoders,
         seq: 0,
-        last_timestamp: 0,
     };
     loop {
         tokio::select! {
-            _ = ticker.tick() => collector.collect_into(&queue).await,
+            _ = ticker.tick() => collector.collect_into(&destinations).await,
             _ = shutdown.changed() => break,
         }
     }
     // The final flush: the newest values, then whatever is still queued.
-    collector.collect_into(&queue).await;
+    collector.collect_into(&destinations).await;
     let deadline = Instant::now() + settings.flush_deadline;
-    while !queue.lock().batches.is_empty() && Instant::now() < deadline {
-        queue.hurry.notify_one();
+    while destinations
+        .iter()
+        .any(|d| !d.queue.lock().batches.is_empty())
+        && Instant::now() < deadline
+    {
+        for d in &destinations {
+            d.queue.hurry.notify_one();
+        }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    sender.abort();
-    let _ = sender.await;
-    let left: Vec<Batch> = queue.lock().batches.drain(..).collect();
-    metrics.set_queue_length(0);
-    if left.is_empty() {
-        tracing::info!("Pushed the last collection.");
-    } else {
-        for batch in &left {
-            metrics.dropped(DropReason::Shutdown, batch.samples);
+    for d in destinations {
+        d.sender.abort();
+        let _ = d.sender.await;
+        let metrics = feed.push_metrics().of(d.protocol);
+        let left: Vec<Batch> = d.queue.lock().batches.drain(..).collect();
+        metrics.set_queue_length(0);
+        if left.is_empty() {
+            tracing::info!(protocol = d.protocol.label(), "Pushed the last collection.");
+        } else {
+            for batch in &left {
+                metrics.dropped(DropReason::Shutdown, batch.samples);
+            }
+            tracing::warn!(
+                protocol = d.protocol.label(),
+                collections = left.len(),
+                "Shutting down with collections not pushed (--push.flush-deadline passed)."
+            );
         }
-        tracing::warn!(
-            collections = left.len(),
-            "Shutting down with collections not pushed (--push.flush-deadline passed)."
-        );
     }
 }
 
@@ -179,71 +289,83 @@ async fn run<F: Feed>(
 struct Collector<F> {
     feed: Arc<F>,
     labels: Arc<Vec<(String, String)>>,
+    /// One per destination, in the same order.
+    encoders: Vec<Encoder>,
     seq: u64,
-    last_timestamp: i64,
 }
 
 impl<F: Feed> Collector<F> {
-    /// Collects now (on the blocking pool) and queues the encoded request,
-    /// dropping the oldest when the queue is full.
-    async fn collect_into(&mut self, queue: &Queue) {
+    /// Collects now (on the blocking pool), encodes the collection for each
+    /// destination and queues it, dropping the oldest when a queue is full.
+    async fn collect_into(&mut self, destinations: &[Destination]) {
         let feed = self.feed.clone();
         let labels = self.labels.clone();
-        let last = self.last_timestamp;
+        let mut encoders = std::mem::take(&mut self.encoders);
         let made = tokio::task::spawn_blocking(move || {
             let served = feed.collect_now();
-            // Milliseconds, strictly increasing (a clock stepping back
-            // would make Prometheus reject the request).
-            let timestamp = ((unix_now() * 1000.0) as i64).max(last + 1);
-            let request = remote_write::write_request(&served, timestamp, &labels);
-            let samples = request.timeseries.len();
-            (timestamp, samples, remote_write::encode(&request))
+            let now = unix_now();
+            let bodies: Vec<(Vec<u8>, usize)> = encoders
+                .iter_mut()
+                .map(|e| e.encode(&served, now, &labels))
+                .collect();
+            (encoders, bodies)
         })
         .await;
-        let (timestamp, samples, body) = match made {
+        let (encoders, bodies) = match made {
             Ok(made) => made,
             Err(e) => {
                 tracing::error!(error = %e, "The push collection failed (a bug); skipping it.");
+                let now = nanos(unix_now());
+                self.encoders = destinations
+                    .iter()
+                    .map(|d| Encoder::new(d.protocol, now))
+                    .collect();
                 return;
             }
         };
-        self.last_timestamp = timestamp;
+        self.encoders = encoders;
         self.seq += 1;
-        let metrics = self.feed.push_metrics();
-        let mut items = queue.lock();
-        items.batches.push_back(Batch {
-            seq: self.seq,
-            body: Bytes::from(body),
-            samples,
-        });
-        while items.batches.len() > queue.capacity {
-            if let Some(oldest) = items.batches.pop_front() {
-                metrics.dropped(DropReason::QueueFull, oldest.samples);
-                if !items.overflowing {
-                    items.overflowing = true;
-                    tracing::warn!(
-                        queue_capacity = queue.capacity,
-                        "The push queue is full: dropping the oldest collections until the receiver takes them again."
-                    );
+        for (destination, (body, samples)) in destinations.iter().zip(bodies) {
+            let metrics = self.feed.push_metrics().of(destination.protocol);
+            let queue = &destination.queue;
+            let mut items = queue.lock();
+            items.batches.push_back(Batch {
+                seq: self.seq,
+                body: Bytes::from(body),
+                samples,
+            });
+            while items.batches.len() > queue.capacity {
+                if let Some(oldest) = items.batches.pop_front() {
+                    metrics.dropped(DropReason::QueueFull, oldest.samples);
+                    if !items.overflowing {
+                        items.overflowing = true;
+                        tracing::warn!(
+                            protocol = destination.protocol.label(),
+                            queue_capacity = queue.capacity,
+                            "The push queue is full: dropping the oldest collections until the receiver takes them again."
+                        );
+                    }
                 }
             }
+            metrics.set_queue_length(items.batches.len());
+            drop(items);
+            queue.queued.notify_one();
         }
-        metrics.set_queue_length(items.batches.len());
-        drop(items);
-        queue.queued.notify_one();
     }
 }
 
 /// Sends the queue's batches oldest first, forever (aborted at shutdown).
 async fn send<F: Feed>(
     feed: Arc<F>,
+    protocol: Protocol,
     queue: Arc<Queue>,
     client: client::Client,
     max_backoff: Duration,
 ) {
-    let metrics = feed.push_metrics();
+    let metrics: &DestinationMetrics = feed.push_metrics().of(protocol);
     let mut backoff = MIN_BACKOFF;
     let mut failing: Option<FailureReason> = None;
+    let mut partial: Option<String> = None;
     loop {
         let front = queue.lock().batches.front().cloned();
         let Some(batch) = front else {
@@ -261,29 +383,53 @@ async fn send<F: Feed>(
             metrics.set_queue_length(items.batches.len());
         };
         match result {
-            Ok(()) => {
+            Ok(answer) => {
                 metrics.sent(batch.samples, batch.body.len(), unix_now(), seconds);
                 remove(&queue);
                 queue.lock().overflowing = false;
                 backoff = MIN_BACKOFF;
                 if failing.take().is_some() {
-                    tracing::info!("Pushing again: the remote-write receiver accepted a request.");
+                    tracing::info!(
+                        protocol = protocol.label(),
+                        "Pushing again: {} accepted a request.",
+                        protocol.receiver()
+                    );
+                }
+                if protocol == Protocol::Otlp {
+                    let Some((rejected, message)) = otlp::partial_success(&answer) else {
+                        partial = None;
+                        continue;
+                    };
+                    metrics.rejected(rejected.max(0) as u64);
+                    if partial.as_deref() != Some(message.as_str()) {
+                        tracing::warn!(
+                            protocol = protocol.label(),
+                            rejected_data_points = rejected,
+                            error = %message,
+                            "The OTLP receiver accepted a request only in part (partial success)."
+                        );
+                        partial = Some(message);
+                    }
                 }
             }
-            Err((reason, detail)) => {
+            Err(failed) => {
+                let reason = failed.reason;
                 metrics.failed(reason, seconds);
                 if failing != Some(reason) {
                     tracing::warn!(
+                        protocol = protocol.label(),
                         reason = reason.label(),
-                        error = %detail,
+                        error = %failed.detail,
                         retried = reason.retried(),
-                        "Pushing fails: the remote-write receiver did not accept a request."
+                        "Pushing fails: {} did not accept a request.",
+                        protocol.receiver()
                     );
                     failing = Some(reason);
                 }
                 if reason.retried() {
+                    let wait = failed.retry_after.unwrap_or(backoff);
                     tokio::select! {
-                        _ = tokio::time::sleep(backoff) => {}
+                        _ = tokio::time::sleep(wait) => {}
                         _ = queue.hurry.notified() => {}
                     }
                     backoff = (backoff * 2).min(max_backoff.max(MIN_BACKOFF));
@@ -297,178 +443,5 @@ async fn send<F: Feed>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::expose::negotiate::Negotiation;
-    use crate::server::{AppState, Settings, Shared};
-    use crate::source::link_policy::LinkPolicy;
-    use crate::source::writers::WriterPolicy;
-    use crate::transform::config::Config;
-    use axum::http::HeaderMap;
-    use axum::routing::post;
-
-    type Received = Arc<Mutex<Vec<(HeaderMap, Bytes)>>>;
-
-    /// A receiver answering with `statuses` in turn, then 204.
-    async fn receiver(statuses: Vec<u16>) -> (String, Received) {
-        let statuses = Arc::new(Mutex::new(VecDeque::from(statuses)));
-        let received: Received = Arc::default();
-        let seen = received.clone();
-        let app = axum::Router::new().route(
-            "/api/v1/write",
-            post(move |headers: HeaderMap, body: Bytes| {
-                let status = statuses.lock().unwrap().pop_front().unwrap_or(204);
-                seen.lock().unwrap().push((headers, body));
-                async move { axum::http::StatusCode::from_u16(status).unwrap() }
-            }),
-        );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        (format!("http://{address}/api/v1/write"), received)
-    }
-
-    fn shared(dir: &std::path::Path) -> Arc<Shared> {
-        AppState::new(Settings {
-            dirs: vec![dir.to_path_buf()],
-            subdirectories_label: None,
-            link_policy: LinkPolicy::default(),
-            memory_budget: None,
-            writer_policy: WriterPolicy::default(),
-            dead_files_warning: 1000,
-            telemetry_path: "/metrics".into(),
-            exporter_metrics: true,
-            openmetrics: true,
-            negotiation: Negotiation::Safe,
-            directory_warn_interval: Duration::from_secs(60),
-            config_path: None,
-            config: Config::default(),
-            discovery: None,
-        })
-        .0
-    }
-
-    fn self_metrics_text(shared: &Shared) -> String {
-        String::from_utf8(crate::expose::encode::encode(
-            &shared.self_metrics.families(),
-            crate::expose::encode::Format::Text,
-            crate::expose::encode::Escaping::Underscores,
-        ))
-        .unwrap()
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn retries_429_and_5xx_drops_other_4xx_and_sends_in_order() {
-        let (url, received) = receiver(vec![503, 429, 204, 400]).await;
-        let dir = tempfile::tempdir().unwrap();
-        let token = dir.path().join("token");
-        std::fs::write(&token, "s3cret\n").unwrap();
-        let shared = shared(dir.path());
-        let settings = PushSettings {
-            url: url.parse().unwrap(),
-            interval: Duration::from_millis(50),
-            timeout: Duration::from_secs(5),
-            queue_capacity: 100,
-            max_backoff: Duration::from_millis(50),
-            flush_deadline: Duration::from_secs(2),
-            labels: vec![("pod".into(), "p-1".into())],
-            authorization: Some(Authorization::BearerTokenFile(token)),
-            ca_file: None,
-        };
-        let (stop, stopped) = watch::channel(false);
-        let pusher = start(shared.clone(), settings, stopped).unwrap();
-        for _ in 0..200 {
-            if received.lock().unwrap().len() >= 6 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        stop.send(true).unwrap();
-        pusher.await.unwrap();
-
-        let received = received.lock().unwrap().clone();
-        assert!(received.len() >= 6, "{}", received.len());
-        // The first collection was sent three times (503, 429, then accepted).
-        assert_eq!(received[0].1, received[1].1);
-        assert_eq!(received[1].1, received[2].1);
-        assert_ne!(received[2].1, received[3].1);
-        let mut last = 0;
-        for (headers, body) in &received {
-            assert_eq!(headers["content-encoding"], "snappy");
-            assert_eq!(headers["content-type"], "application/x-protobuf");
-            assert_eq!(headers["x-prometheus-remote-write-version"], "0.1.0");
-            assert_eq!(headers["authorization"], "Bearer s3cret");
-            let request = remote_write::decode(body).unwrap();
-            assert!(!request.timeseries.is_empty());
-            let timestamp = request.timeseries[0].samples[0].timestamp;
-            assert!(timestamp >= last, "out of order");
-            last = timestamp;
-            for series in &request.timeseries {
-                assert!(series
-                    .labels
-                    .iter()
-                    .any(|l| l.name == "pod" && l.value == "p-1"));
-            }
-        }
-        let text = self_metrics_text(&shared);
-        for line in [
-            "multiproc_exporter_push_failures_total{reason=\"http_5xx\"} 1.0\n",
-            "multiproc_exporter_push_failures_total{reason=\"http_429\"} 1.0\n",
-            "multiproc_exporter_push_failures_total{reason=\"http_4xx\"} 1.0\n",
-            "multiproc_exporter_push_collections_dropped_total{reason=\"rejected\"} 1.0\n",
-            "multiproc_exporter_push_collections_dropped_total{reason=\"shutdown\"} 0.0\n",
-            "multiproc_exporter_push_queue_length 0.0\n",
-        ] {
-            assert!(text.contains(line), "{line} in\n{text}");
-        }
-        let accepted = received.len() as f64 - 3.0;
-        assert!(text.contains(&format!(
-            "multiproc_exporter_push_requests_sent_total {accepted:?}\n"
-        )));
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn what_the_flush_deadline_leaves_is_counted_at_shutdown() {
-        // Nothing listens: every attempt fails to connect.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let dir = tempfile::tempdir().unwrap();
-        let shared = shared(dir.path());
-        let settings = PushSettings {
-            url: format!("http://127.0.0.1:{port}/api/v1/write")
-                .parse()
-                .unwrap(),
-            interval: Duration::from_millis(20),
-            timeout: Duration::from_secs(1),
-            queue_capacity: 3,
-            max_backoff: Duration::from_millis(20),
-            flush_deadline: Duration::from_millis(100),
-            labels: Vec::new(),
-            authorization: None,
-            ca_file: None,
-        };
-        let (stop, stopped) = watch::channel(false);
-        let pusher = start(shared.clone(), settings, stopped).unwrap();
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        stop.send(true).unwrap();
-        pusher.await.unwrap();
-        let text = self_metrics_text(&shared);
-        for line in [
-            "multiproc_exporter_push_collections_dropped_total{reason=\"shutdown\"} 3.0\n",
-            "multiproc_exporter_push_queue_length 0.0\n",
-            "multiproc_exporter_push_requests_sent_total 0.0\n",
-            "multiproc_exporter_push_last_success_timestamp_seconds 0.0\n",
-        ] {
-            assert!(text.contains(line), "{line} in\n{text}");
-        }
-        assert!(!text.contains(
-            "multiproc_exporter_push_collections_dropped_total{reason=\"queue_full\"} 0.0\n"
-        ));
-        assert!(
-            !text.contains("multiproc_exporter_push_failures_total{reason=\"connection\"} 0.0\n")
-        );
-    }
-}
+#[path = "push_tests.rs"]
+mod tests;

@@ -2,10 +2,9 @@
 //! writes to exactly the exporter's output, and `multiproc-exporter demo`
 //! serves them over HTTP.
 
-use std::net::TcpListener;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-use crate::support::{dump, get, python, run_python, wait_for};
+use crate::support::{dump, get, python, run_python, start_demo, wait_for};
 use multiproc_exporter::demo::{Demo, DemoConfig};
 
 const PYTHON_MERGE: &str = r#"
@@ -46,30 +45,8 @@ fn python_reads_the_demo_files_to_the_exporters_bytes() {
 
 #[test]
 fn demo_command_serves_a_live_directory() {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("port")
-        .port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_multiproc-exporter"))
-        .args([
-            "demo",
-            "--demo.tick-ms",
-            "100",
-            "--web.listen-address",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start demo");
+    let (mut child, port, first) = start_demo(&[]);
     let url = format!("http://127.0.0.1:{port}/metrics");
-    let first = wait_for("the demo to serve vLLM metrics", || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-        let text = String::from_utf8(get(&url, &[]).body).ok()?;
-        text.contains("vllm:generation_tokens_total")
-            .then_some(text)
-    });
     let counter = |text: &str| -> f64 {
         text.lines()
             .filter(|l| l.starts_with("vllm:generation_tokens_total"))

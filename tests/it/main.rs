@@ -44,6 +44,7 @@ mod deploy_prometheus;
 mod first_hour;
 mod gateway_parser;
 mod negotiation_e2e;
+mod otlp;
 mod prometheus_e2e;
 mod push;
 mod queries_e2e;

@@ -11,13 +11,12 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::support::exposition::Exposition;
 use crate::support::monitoring::{eventually, free_port, Prometheus};
 use crate::support::web::{bcrypt_hash, Pki};
-use crate::support::{merged_part, python, repo_root, sample_value, set_value, tool};
+use crate::support::{merged_part, python, run_vllm_load, sample_value, set_value, tool};
 use crate::support::{wait_for, write_counter, Exporter};
 
 /// Prometheus only receives: no scrape configuration.
@@ -87,17 +86,7 @@ fn prometheus_receives_the_pushed_series_and_the_queue_outlives_an_outage() {
     let work = tempfile::tempdir().expect("tempdir");
     let metrics_dir = work.path().join("multiproc");
     std::fs::create_dir(&metrics_dir).expect("mkdir");
-    let writer = Command::new(&python)
-        .arg(repo_root().join("tests/python/vllm_load.py"))
-        .arg(&metrics_dir)
-        .args(["--processes", "2", "--ticks", "3", "--interval", "0.01"])
-        .output()
-        .expect("run the writers");
-    assert!(
-        writer.status.success(),
-        "{}",
-        String::from_utf8_lossy(&writer.stderr)
-    );
+    run_vllm_load(&python, &metrics_dir);
     // A counter whose value the test changes while the receiver is down.
     let (counter, offset) = write_counter(&metrics_dir, "100", 0.0);
     let changing = "vllm:prompt_tokens_total{model_name=\"m\"";
@@ -157,7 +146,10 @@ fn prometheus_receives_the_pushed_series_and_the_queue_outlives_an_outage() {
     let restarted = now_ms();
     let prometheus = start_prometheus(&prometheus_bin, &prometheus_work, port);
     eventually("the queue to empty", Duration::from_secs(30), || {
-        let queued = self_metric(&roomy, "multiproc_exporter_push_queue_length");
+        let queued = self_metric(
+            &roomy,
+            "multiproc_exporter_push_queue_length{protocol=\"remote_write\"}",
+        );
         let newest = prometheus.raw_samples(&format!("{changing},exporter=\"a\"}}[1m]"));
         match newest.last() {
             Some(&(t, 4.0)) if queued == 0.0 && t > restarted => Ok(()),
@@ -167,18 +159,18 @@ fn prometheus_receives_the_pushed_series_and_the_queue_outlives_an_outage() {
     assert_eq!(
         self_metric(
             &roomy,
-            "multiproc_exporter_push_collections_dropped_total{reason=\"queue_full\"}"
+            "multiproc_exporter_push_collections_dropped_total{protocol=\"remote_write\",reason=\"queue_full\"}"
         ),
         0.0
     );
     let dropped = self_metric(
         &small,
-        "multiproc_exporter_push_collections_dropped_total{reason=\"queue_full\"}",
+        "multiproc_exporter_push_collections_dropped_total{protocol=\"remote_write\",reason=\"queue_full\"}",
     );
     assert!(
         self_metric(
             &small,
-            "multiproc_exporter_push_samples_dropped_total{reason=\"queue_full\"}"
+            "multiproc_exporter_push_samples_dropped_total{protocol=\"remote_write\",reason=\"queue_full\"}"
         ) > 20.0 * dropped
     );
     // Nothing dropped after the outage: the counts hold from here on.
@@ -311,35 +303,45 @@ fn pushes_over_tls_with_basic_auth_and_counts_refusals() {
         sample_value(&exporter.metrics(), series).unwrap_or_default()
     };
     wait_for("pushes to be accepted over TLS", || {
-        (value(&good, "multiproc_exporter_push_requests_sent_total") >= 2.0).then_some(())
+        (value(
+            &good,
+            "multiproc_exporter_push_requests_sent_total{protocol=\"remote_write\"}",
+        ) >= 2.0)
+            .then_some(())
     });
     wait_for("a wrong password to be refused", || {
         (value(
             &refused,
-            "multiproc_exporter_push_collections_dropped_total{reason=\"rejected\"}",
+            "multiproc_exporter_push_collections_dropped_total{protocol=\"remote_write\",reason=\"rejected\"}",
         ) >= 2.0)
             .then_some(())
     });
     wait_for("an untrusted certificate to fail", || {
         (value(
             &untrusted,
-            "multiproc_exporter_push_failures_total{reason=\"connection\"}",
+            "multiproc_exporter_push_failures_total{protocol=\"remote_write\",reason=\"connection\"}",
         ) >= 2.0)
             .then_some(())
     });
     let body = good.metrics();
     for series in [
-        "multiproc_exporter_push_failures_total{reason=\"connection\"}",
-        "multiproc_exporter_push_failures_total{reason=\"http_4xx\"}",
+        "multiproc_exporter_push_failures_total{protocol=\"remote_write\",reason=\"connection\"}",
+        "multiproc_exporter_push_failures_total{protocol=\"remote_write\",reason=\"http_4xx\"}",
     ] {
         assert_eq!(sample_value(&body, series), Some(0.0), "{series}");
     }
     assert_eq!(
-        value(&refused, "multiproc_exporter_push_requests_sent_total"),
+        value(
+            &refused,
+            "multiproc_exporter_push_requests_sent_total{protocol=\"remote_write\"}"
+        ),
         0.0
     );
     assert_eq!(
-        value(&untrusted, "multiproc_exporter_push_requests_sent_total"),
+        value(
+            &untrusted,
+            "multiproc_exporter_push_requests_sent_total{protocol=\"remote_write\"}"
+        ),
         0.0
     );
     // One log line for the failing state, however many attempts failed.

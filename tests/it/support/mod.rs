@@ -741,3 +741,52 @@ pub(crate) fn unprivileged_launch(reachable: &Path) -> Launch {
         ..Launch::default()
     }
 }
+
+/// Runs `tests/python/vllm_load.py DIR --processes 2 --ticks 3` (real
+/// prometheus_client writers of vLLM's families); panics with its stderr on
+/// failure.
+pub(crate) fn run_vllm_load(python: &Path, dir: &Path) {
+    let writer = Command::new(python)
+        .arg(repo_root().join("tests/python/vllm_load.py"))
+        .arg(dir)
+        .args(["--processes", "2", "--ticks", "3", "--interval", "0.01"])
+        .output()
+        .expect("run the writers");
+    assert!(
+        writer.status.success(),
+        "{}",
+        String::from_utf8_lossy(&writer.stderr)
+    );
+}
+
+/// Starts `multiproc-exporter demo --demo.tick-ms 100` listening on
+/// `127.0.0.1:PORT` with `extra` arguments, and waits until it serves vLLM's
+/// families; the process and its first `/metrics` body.
+pub(crate) fn start_demo(extra: &[&str]) -> (Child, u16, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    let child = Command::new(exporter_bin())
+        .args([
+            "demo",
+            "--demo.tick-ms",
+            "100",
+            "--web.listen-address",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start demo");
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let first = wait_for("the demo to serve vLLM metrics", || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        let text = String::from_utf8(get(&url, &[]).body).ok()?;
+        text.contains("vllm:generation_tokens_total")
+            .then_some(text)
+    });
+    (child, port, first)
+}

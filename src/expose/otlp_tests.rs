@@ -1,0 +1,403 @@
+//! Tests of the OTLP mapping: each type as the Collector's Prometheus
+//! receiver maps it, start times, staleness, the body's encoding.
+
+use super::*;
+use crate::model::Labels;
+use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+use std::sync::Arc;
+
+fn sample(name: &str, labels: &[(&str, &str)], value: f64) -> Sample {
+    Sample {
+        name: name.into(),
+        labels: Labels::new(labels.iter().map(|&(n, v)| (Arc::from(n), Arc::from(v)))),
+        value,
+    }
+}
+
+fn family(name: &str, metric_type: MetricType, samples: Vec<Sample>) -> MetricFamily {
+    MetricFamily {
+        name: name.into(),
+        help: format!("{name} help").into(),
+        metric_type,
+        samples,
+    }
+}
+
+fn attrs(kvs: &[KeyValue]) -> Vec<(String, String)> {
+    kvs.iter()
+        .map(|kv| {
+            let Some(any_value::Value::StringValue(v)) =
+                kv.value.as_ref().and_then(|v| v.value.clone())
+            else {
+                panic!("{kv:?}")
+            };
+            (kv.key.clone(), v)
+        })
+        .collect()
+}
+
+fn pairs(kvs: &[(&str, &str)]) -> Vec<(String, String)> {
+    kvs.iter()
+        .map(|&(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+fn metrics(request: &ExportMetricsServiceRequest) -> &[Metric] {
+    &request.resource_metrics[0].scope_metrics[0].metrics
+}
+
+fn double(point: &NumberDataPoint) -> f64 {
+    match point.value {
+        Some(number_data_point::Value::AsDouble(v)) => v,
+        ref other => panic!("{other:?}"),
+    }
+}
+
+const T0: u64 = 1_000_000_000_000_000_000;
+const T1: u64 = T0 + 15_000_000_000;
+const T2: u64 = T1 + 15_000_000_000;
+
+fn served() -> Vec<MetricFamily> {
+    vec![
+        family(
+            "vllm:prompt_tokens",
+            MetricType::Counter,
+            vec![
+                sample(
+                    "vllm:prompt_tokens_total",
+                    &[("model_name", "m"), ("empty", "")],
+                    10.0,
+                ),
+                sample("vllm:prompt_tokens_total", &[("model_name", "n")], 3.0),
+                sample(
+                    "vllm:prompt_tokens_created",
+                    &[("model_name", "n")],
+                    1_700_000_000.5,
+                ),
+            ],
+        ),
+        family(
+            "vllm:num_requests_running",
+            MetricType::Gauge,
+            vec![sample(
+                "vllm:num_requests_running",
+                &[("model_name", "m")],
+                f64::NAN,
+            )],
+        ),
+        family(
+            "latency",
+            MetricType::Histogram,
+            vec![
+                sample("latency_bucket", &[("le", "0.1"), ("model_name", "m")], 1.0),
+                sample("latency_bucket", &[("le", "1.0"), ("model_name", "m")], 3.0),
+                sample(
+                    "latency_bucket",
+                    &[("le", "+Inf"), ("model_name", "m")],
+                    4.0,
+                ),
+                sample("latency_count", &[("model_name", "m")], 4.0),
+                sample("latency_sum", &[("model_name", "m")], 2.5),
+                // Decreasing buckets: dropped, as the receiver drops it.
+                sample(
+                    "latency_bucket",
+                    &[("le", "0.1"), ("model_name", "bad")],
+                    3.0,
+                ),
+                sample(
+                    "latency_bucket",
+                    &[("le", "1.0"), ("model_name", "bad")],
+                    1.0,
+                ),
+                sample(
+                    "latency_bucket",
+                    &[("le", "+Inf"), ("model_name", "bad")],
+                    3.0,
+                ),
+                sample("latency_count", &[("model_name", "bad")], 3.0),
+                sample("latency_sum", &[("model_name", "bad")], 1.0),
+            ],
+        ),
+        family(
+            "rpc",
+            MetricType::Summary,
+            vec![
+                sample("rpc", &[("quantile", "0.9")], 0.4),
+                sample("rpc", &[("quantile", "0.5")], 0.2),
+                sample("rpc_count", &[], 7.0),
+                sample("rpc_sum", &[], 1.5),
+                // No _count: dropped.
+                sample("rpc_sum", &[("x", "1")], 1.0),
+            ],
+        ),
+        family(
+            "build",
+            MetricType::Info,
+            vec![sample("build_info", &[("version", "1")], 1.0)],
+        ),
+        family(
+            "state",
+            MetricType::StateSet,
+            vec![
+                sample("state", &[("state", "a")], 1.0),
+                sample("state", &[("state", "b")], 0.0),
+            ],
+        ),
+        family(
+            "untyped",
+            MetricType::Unknown,
+            vec![sample("untyped", &[], f64::NEG_INFINITY)],
+        ),
+        family(
+            "gh",
+            MetricType::GaugeHistogram,
+            vec![
+                sample("gh_bucket", &[("le", "+Inf")], 1.0),
+                sample("gh_gcount", &[], 1.0),
+            ],
+        ),
+    ]
+}
+
+#[test]
+fn every_type_maps_as_the_prometheus_receiver_maps_it() {
+    let mut starts = StartTimes::new(T0);
+    let resource = pairs(&[
+        ("job", "vllm"),
+        ("instance", "pod-1:8000"),
+        ("pod", "pod-1"),
+        ("empty", ""),
+    ]);
+    let request = export_request(&served(), T1, &resource, &mut starts);
+    let resource_attributes = attrs(
+        &request.resource_metrics[0]
+            .resource
+            .as_ref()
+            .unwrap()
+            .attributes,
+    );
+    assert_eq!(
+        resource_attributes,
+        pairs(&[
+            ("service.name", "vllm"),
+            ("service.instance.id", "pod-1:8000"),
+            ("pod", "pod-1")
+        ])
+    );
+    let scope = request.resource_metrics[0].scope_metrics[0]
+        .scope
+        .as_ref()
+        .unwrap();
+    assert_eq!(scope.name, "multiproc-exporter");
+    let m = metrics(&request);
+    let names: Vec<&str> = m.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "vllm:prompt_tokens_total",
+            "vllm:num_requests_running",
+            "latency",
+            "rpc",
+            "build",
+            "state",
+            "untyped"
+        ]
+    );
+    let types: Vec<(String, String)> = m.iter().map(|m| attrs(&m.metadata)[0].clone()).collect();
+    assert_eq!(
+        types.iter().map(|(_, t)| t.as_str()).collect::<Vec<_>>(),
+        [
+            "counter",
+            "gauge",
+            "histogram",
+            "summary",
+            "info",
+            "stateset",
+            "unknown"
+        ]
+    );
+    assert!(types.iter().all(|(k, _)| k == "prometheus.type"));
+    assert_eq!(m[0].description, "vllm:prompt_tokens help");
+
+    // Counter: cumulative monotonic sum; start from _created, else pushing's start.
+    let Some(Data::Sum(sum)) = &m[0].data else {
+        panic!("{:?}", m[0])
+    };
+    assert!(sum.is_monotonic);
+    assert_eq!(sum.aggregation_temporality, CUMULATIVE);
+    assert_eq!(sum.data_points.len(), 2);
+    assert_eq!(
+        attrs(&sum.data_points[0].attributes),
+        pairs(&[("model_name", "m")])
+    );
+    assert_eq!(double(&sum.data_points[0]), 10.0);
+    assert_eq!(sum.data_points[0].start_time_unix_nano, T0);
+    assert_eq!(sum.data_points[0].time_unix_nano, T1);
+    assert_eq!(
+        sum.data_points[1].start_time_unix_nano,
+        1_700_000_000_500_000_000
+    );
+
+    // Gauge: NaN is sent as NaN (not flagged: it is a value, not staleness).
+    let Some(Data::Gauge(gauge)) = &m[1].data else {
+        panic!()
+    };
+    assert!(double(&gauge.data_points[0]).is_nan());
+    assert_eq!(gauge.data_points[0].flags, 0);
+    assert_eq!(gauge.data_points[0].start_time_unix_nano, 0);
+
+    // Histogram: bounds without +Inf, per-bucket counts; the bad one dropped.
+    let Some(Data::Histogram(h)) = &m[2].data else {
+        panic!()
+    };
+    assert_eq!(h.aggregation_temporality, CUMULATIVE);
+    assert_eq!(h.data_points.len(), 1);
+    let p = &h.data_points[0];
+    assert_eq!(attrs(&p.attributes), pairs(&[("model_name", "m")]));
+    assert_eq!(p.explicit_bounds, [0.1, 1.0]);
+    assert_eq!(p.bucket_counts, [1, 2, 1]);
+    assert_eq!((p.count, p.sum), (4, Some(2.5)));
+    assert_eq!(p.start_time_unix_nano, T0);
+
+    // Summary: quantiles sorted; the one without _count dropped.
+    let Some(Data::Summary(s)) = &m[3].data else {
+        panic!()
+    };
+    assert_eq!(s.data_points.len(), 1);
+    let p = &s.data_points[0];
+    assert_eq!((p.count, p.sum), (7, 1.5));
+    let q: Vec<(f64, f64)> = p
+        .quantile_values
+        .iter()
+        .map(|q| (q.quantile, q.value))
+        .collect();
+    assert_eq!(q, [(0.5, 0.2), (0.9, 0.4)]);
+
+    // Info and stateset: non-monotonic cumulative sums named as the family.
+    for (metric, n) in [(&m[4], 1), (&m[5], 2)] {
+        let Some(Data::Sum(sum)) = &metric.data else {
+            panic!()
+        };
+        assert!(!sum.is_monotonic);
+        assert_eq!(sum.aggregation_temporality, CUMULATIVE);
+        assert_eq!(sum.data_points.len(), n);
+    }
+    let Some(Data::Sum(state)) = &m[5].data else {
+        panic!()
+    };
+    assert_eq!(
+        attrs(&state.data_points[1].attributes),
+        pairs(&[("state", "b")])
+    );
+
+    // Unknown: a gauge; -Inf as it is.
+    let Some(Data::Gauge(gauge)) = &m[6].data else {
+        panic!()
+    };
+    assert_eq!(double(&gauge.data_points[0]), f64::NEG_INFINITY);
+    assert_eq!(data_points(&request), 2 + 1 + 1 + 1 + 1 + 2 + 1);
+}
+
+#[test]
+fn start_times_stay_until_a_reset_and_vanished_series_are_flagged_once() {
+    let mut starts = StartTimes::new(T0);
+    let first = export_request(&served(), T1, &[], &mut starts);
+    let Some(Data::Sum(sum)) = &metrics(&first)[0].data else {
+        panic!()
+    };
+    assert_eq!(sum.data_points[0].start_time_unix_nano, T0);
+
+    // Next collection: the counter of model m went down (a reset), the
+    // gauge and the summary are gone.
+    let mut next = served();
+    next[0].samples[0].value = 2.0;
+    next.remove(3);
+    next.remove(1);
+    let second = export_request(&next, T2, &[], &mut starts);
+    let m = metrics(&second);
+    let Some(Data::Sum(sum)) = &m[0].data else {
+        panic!()
+    };
+    assert_eq!(
+        sum.data_points[0].start_time_unix_nano, T1,
+        "reset: starts at the previous collection"
+    );
+    assert_eq!(
+        sum.data_points[1].start_time_unix_nano,
+        1_700_000_000_500_000_000
+    );
+    let Some(Data::Histogram(h)) = &m[1].data else {
+        panic!()
+    };
+    assert_eq!(h.data_points[0].start_time_unix_nano, T0);
+    // The vanished series, last, flagged NO_RECORDED_VALUE without a value.
+    let stale: Vec<&Metric> = m
+        .iter()
+        .filter(|m| m.name == "rpc" || m.name == "vllm:num_requests_running")
+        .collect();
+    assert_eq!(stale.len(), 2);
+    let Some(Data::Gauge(g)) = &stale.iter().find(|m| m.name != "rpc").unwrap().data else {
+        panic!()
+    };
+    assert_eq!(g.data_points[0].flags, NO_RECORDED_VALUE);
+    assert_eq!(g.data_points[0].value, None);
+    assert_eq!(g.data_points[0].time_unix_nano, T2);
+    assert_eq!(
+        attrs(&g.data_points[0].attributes),
+        pairs(&[("model_name", "m")])
+    );
+    let Some(Data::Summary(s)) = &stale.iter().find(|m| m.name == "rpc").unwrap().data else {
+        panic!()
+    };
+    assert_eq!(s.data_points[0].flags, NO_RECORDED_VALUE);
+    assert_eq!(s.data_points[0].count, 0);
+
+    // Flagged once: the collection after that has neither.
+    let third = export_request(&next, T2 + 1, &[], &mut starts);
+    assert!(!metrics(&third).iter().any(|m| m.name == "rpc"));
+    let Some(Data::Sum(sum)) = &metrics(&third)[0].data else {
+        panic!()
+    };
+    assert_eq!(sum.data_points[0].start_time_unix_nano, T1);
+
+    // The summary comes back with a lower count (its writer started over):
+    // a reset, so it starts at the collection before; unflagged again.
+    let mut back = served();
+    back[3].samples[2].value = 1.0;
+    let fourth = export_request(&back, T2 + 2, &[], &mut starts);
+    let rpc = metrics(&fourth).iter().find(|m| m.name == "rpc").unwrap();
+    let Some(Data::Summary(s)) = &rpc.data else {
+        panic!()
+    };
+    assert_eq!((s.data_points[0].count, s.data_points[0].flags), (1, 0));
+    assert_eq!(s.data_points[0].start_time_unix_nano, T2 + 1);
+}
+
+#[test]
+fn the_body_is_gzipped_protobuf_and_partial_success_is_read() {
+    let mut starts = StartTimes::new(T0);
+    let request = export_request(&served(), T1, &pairs(&[("pod", "p")]), &mut starts);
+    let body = encode(&request);
+    assert_eq!(&body[..2], [0x1f, 0x8b]);
+    let decoded = decode(&body).unwrap();
+    // (NaN makes the requests unequal; their bytes compare.)
+    assert_eq!(
+        prost::Message::encode_to_vec(&decoded),
+        prost::Message::encode_to_vec(&request)
+    );
+    assert!(decode(b"not gzip").is_err());
+
+    use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsPartialSuccess;
+    let answer = |rejected, message: &str| {
+        prost::Message::encode_to_vec(&ExportMetricsServiceResponse {
+            partial_success: Some(ExportMetricsPartialSuccess {
+                rejected_data_points: rejected,
+                error_message: message.into(),
+            }),
+        })
+    };
+    assert_eq!(partial_success(&answer(3, "bad")), Some((3, "bad".into())));
+    assert_eq!(partial_success(&answer(0, "")), None);
+    assert_eq!(partial_success(b""), None);
+    assert_eq!(partial_success(b"{}\n"), None);
+}

@@ -1,0 +1,359 @@
+//! Tests of pushing in its own layer: the collections come from a small
+//! fake of [`Feed`], the receivers are axum routes on 127.0.0.1.
+
+use super::*;
+use crate::model::{Labels, MetricFamily, MetricType, Sample};
+use crate::sink::metrics::PushMetrics;
+use axum::http::HeaderMap;
+use axum::routing::post;
+use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Collections of a counter that counts the collections, and a gauge.
+#[derive(Default)]
+struct FakeFeed {
+    collections: AtomicU64,
+    metrics: PushMetrics,
+}
+
+fn sample(name: &str, labels: &[(&str, &str)], value: f64) -> Sample {
+    Sample {
+        name: name.into(),
+        labels: Labels::new(labels.iter().map(|&(n, v)| (Arc::from(n), Arc::from(v)))),
+        value,
+    }
+}
+
+impl Feed for FakeFeed {
+    fn collect_now(&self) -> impl std::ops::Deref<Target = [MetricFamily]> + Send + 'static {
+        let n = self.collections.fetch_add(1, Ordering::SeqCst) + 1;
+        vec![
+            MetricFamily {
+                name: "vllm:requests".into(),
+                help: "Requests.".into(),
+                metric_type: MetricType::Counter,
+                samples: vec![sample(
+                    "vllm:requests_total",
+                    &[("model_name", "m")],
+                    n as f64,
+                )],
+            },
+            MetricFamily {
+                name: "running".into(),
+                help: "Running.".into(),
+                metric_type: MetricType::Gauge,
+                samples: vec![sample("running", &[], 2.0)],
+            },
+        ]
+        .into_boxed_slice()
+    }
+
+    fn push_metrics(&self) -> &PushMetrics {
+        &self.metrics
+    }
+}
+
+fn self_metrics_text(feed: &FakeFeed) -> String {
+    let mut out = crate::model::family_list::FamilyList::default();
+    feed.metrics.add_families("multiproc_exporter_", &mut out);
+    String::from_utf8(crate::expose::encode::encode(
+        &out.into_families(),
+        crate::expose::encode::Format::Text,
+        crate::expose::encode::Escaping::Underscores,
+    ))
+    .unwrap()
+}
+
+type Received = Arc<Mutex<Vec<(Instant, HeaderMap, Bytes)>>>;
+
+/// An answer: status, extra headers, body.
+type Answer = (u16, Vec<(&'static str, &'static str)>, Vec<u8>);
+
+/// A receiver at `path` answering with `answers` in turn, then 200/204.
+async fn receiver(path: &str, answers: Vec<Answer>) -> (String, Received) {
+    let answers = Arc::new(Mutex::new(VecDeque::from(answers)));
+    let received: Received = Arc::default();
+    let seen = received.clone();
+    let app = axum::Router::new().route(
+        path,
+        post(move |headers: HeaderMap, body: Bytes| {
+            let (status, extra, answer) =
+                answers
+                    .lock()
+                    .unwrap()
+                    .pop_front()
+                    .unwrap_or((200, Vec::new(), Vec::new()));
+            seen.lock().unwrap().push((Instant::now(), headers, body));
+            async move {
+                let mut response = axum::response::Response::new(axum::body::Body::from(answer));
+                *response.status_mut() = axum::http::StatusCode::from_u16(status).unwrap();
+                for (name, value) in extra {
+                    response.headers_mut().insert(name, value.parse().unwrap());
+                }
+                response
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{address}{path}"), received)
+}
+
+fn settings() -> PushSettings {
+    PushSettings {
+        remote_write_url: None,
+        otlp_url: None,
+        interval: Duration::from_millis(50),
+        timeout: Duration::from_secs(5),
+        queue_capacity: 100,
+        max_backoff: Duration::from_millis(50),
+        flush_deadline: Duration::from_secs(2),
+        labels: Vec::new(),
+        headers: Vec::new(),
+        authorization: None,
+        ca_file: None,
+    }
+}
+
+async fn push_until(feed: &Arc<FakeFeed>, settings: PushSettings, done: impl Fn() -> bool) {
+    let (stop, stopped) = watch::channel(false);
+    let pusher = start(feed.clone(), settings, stopped).unwrap();
+    for _ in 0..400 {
+        if done() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    stop.send(true).unwrap();
+    pusher.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_429_and_5xx_drops_other_4xx_and_sends_in_order() {
+    let answers = [503, 429, 204, 400]
+        .into_iter()
+        .map(|s| (s, Vec::new(), Vec::new()))
+        .collect();
+    let (url, received) = receiver("/api/v1/write", answers).await;
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "s3cret\n").unwrap();
+    let feed = Arc::new(FakeFeed::default());
+    let settings = PushSettings {
+        remote_write_url: Some(url.parse().unwrap()),
+        labels: vec![("pod".into(), "p-1".into())],
+        headers: vec![("X-Scope-OrgID".into(), "tenant-1".into())],
+        authorization: Some(Authorization::BearerTokenFile(token)),
+        ..settings()
+    };
+    push_until(&feed, settings, || received.lock().unwrap().len() >= 6).await;
+
+    let received = received.lock().unwrap().clone();
+    assert!(received.len() >= 6, "{}", received.len());
+    // The first collection was sent three times (503, 429, then accepted).
+    assert_eq!(received[0].2, received[1].2);
+    assert_eq!(received[1].2, received[2].2);
+    assert_ne!(received[2].2, received[3].2);
+    let mut last = 0;
+    for (_, headers, body) in &received {
+        assert_eq!(headers["content-encoding"], "snappy");
+        assert_eq!(headers["content-type"], "application/x-protobuf");
+        assert_eq!(headers["x-prometheus-remote-write-version"], "0.1.0");
+        assert_eq!(headers["authorization"], "Bearer s3cret");
+        assert_eq!(headers["x-scope-orgid"], "tenant-1");
+        let request = remote_write::decode(body).unwrap();
+        assert_eq!(request.timeseries.len(), 2);
+        let timestamp = request.timeseries[0].samples[0].timestamp;
+        assert!(timestamp >= last, "out of order");
+        last = timestamp;
+        for series in &request.timeseries {
+            assert!(series
+                .labels
+                .iter()
+                .any(|l| l.name == "pod" && l.value == "p-1"));
+        }
+    }
+    let text = self_metrics_text(&feed);
+    for line in [
+        "multiproc_exporter_push_failures_total{protocol=\"remote_write\",reason=\"http_5xx\"} 1.0\n",
+        "multiproc_exporter_push_failures_total{protocol=\"remote_write\",reason=\"http_429\"} 1.0\n",
+        "multiproc_exporter_push_failures_total{protocol=\"remote_write\",reason=\"http_4xx\"} 1.0\n",
+        "multiproc_exporter_push_collections_dropped_total{protocol=\"remote_write\",reason=\"rejected\"} 1.0\n",
+        "multiproc_exporter_push_collections_dropped_total{protocol=\"remote_write\",reason=\"shutdown\"} 0.0\n",
+        "multiproc_exporter_push_queue_length{protocol=\"remote_write\"} 0.0\n",
+    ] {
+        assert!(text.contains(line), "{line} in\n{text}");
+    }
+    assert!(!text.contains("otlp"));
+    let accepted = received.len() as f64 - 3.0;
+    assert!(text.contains(&format!(
+        "multiproc_exporter_push_requests_sent_total{{protocol=\"remote_write\"}} {accepted:?}\n"
+    )));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_the_flush_deadline_leaves_is_counted_at_shutdown() {
+    // Nothing listens: every attempt fails to connect.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let feed = Arc::new(FakeFeed::default());
+    let settings = PushSettings {
+        otlp_url: Some(
+            format!("http://127.0.0.1:{port}/v1/metrics")
+                .parse()
+                .unwrap(),
+        ),
+        interval: Duration::from_millis(20),
+        timeout: Duration::from_secs(1),
+        queue_capacity: 3,
+        max_backoff: Duration::from_millis(20),
+        flush_deadline: Duration::from_millis(100),
+        ..settings()
+    };
+    let (stop, stopped) = watch::channel(false);
+    let pusher = start(feed.clone(), settings, stopped).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.send(true).unwrap();
+    pusher.await.unwrap();
+    let text = self_metrics_text(&feed);
+    for line in [
+        "multiproc_exporter_push_collections_dropped_total{protocol=\"otlp\",reason=\"shutdown\"} 3.0\n",
+        "multiproc_exporter_push_queue_length{protocol=\"otlp\"} 0.0\n",
+        "multiproc_exporter_push_requests_sent_total{protocol=\"otlp\"} 0.0\n",
+        "multiproc_exporter_push_last_success_timestamp_seconds{protocol=\"otlp\"} 0.0\n",
+    ] {
+        assert!(text.contains(line), "{line} in\n{text}");
+    }
+    assert!(!text.contains(
+        "multiproc_exporter_push_collections_dropped_total{protocol=\"otlp\",reason=\"queue_full\"} 0.0\n"
+    ));
+    assert!(!text.contains(
+        "multiproc_exporter_push_failures_total{protocol=\"otlp\",reason=\"connection\"} 0.0\n"
+    ));
+    assert!(!text.contains("remote_write"));
+}
+
+/// An `ExportMetricsServiceResponse` with a partial success.
+fn partial_success(rejected: i64, message: &str) -> Vec<u8> {
+    use opentelemetry_proto::tonic::collector::metrics::v1::{
+        ExportMetricsPartialSuccess, ExportMetricsServiceResponse,
+    };
+    prost::Message::encode_to_vec(&ExportMetricsServiceResponse {
+        partial_success: Some(ExportMetricsPartialSuccess {
+            rejected_data_points: rejected,
+            error_message: message.into(),
+        }),
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn otlp_honours_retry_after_counts_partial_success_and_gets_the_same_collections() {
+    let (otlp_url, otlp_received) = receiver(
+        "/v1/metrics",
+        vec![
+            (503, vec![("retry-after", "1")], Vec::new()),
+            (200, Vec::new(), partial_success(1, "one point too many")),
+            (200, Vec::new(), partial_success(1, "one point too many")),
+        ],
+    )
+    .await;
+    let (rw_url, rw_received) = receiver("/api/v1/write", Vec::new()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let password = dir.path().join("password");
+    std::fs::write(&password, "pw").unwrap();
+    let feed = Arc::new(FakeFeed::default());
+    let settings = PushSettings {
+        remote_write_url: Some(rw_url.parse().unwrap()),
+        otlp_url: Some(otlp_url.parse().unwrap()),
+        labels: vec![("job".into(), "vllm".into()), ("pod".into(), "p-1".into())],
+        headers: vec![("X-Tenant".into(), "t".into())],
+        authorization: Some(Authorization::Basic {
+            username: "u".into(),
+            password_file: password,
+        }),
+        ..settings()
+    };
+    push_until(&feed, settings, || otlp_received.lock().unwrap().len() >= 5).await;
+
+    let otlp_received = otlp_received.lock().unwrap().clone();
+    // The 503's Retry-After (1 s) was waited for, not the 100 ms backoff.
+    assert_eq!(otlp_received[0].2, otlp_received[1].2);
+    assert!(otlp_received[1].0 - otlp_received[0].0 >= Duration::from_secs(1));
+    let mut otlp_values = Vec::new();
+    for (_, headers, body) in &otlp_received {
+        assert_eq!(headers["content-encoding"], "gzip");
+        assert_eq!(headers["content-type"], "application/x-protobuf");
+        assert!(headers.get("x-prometheus-remote-write-version").is_none());
+        assert_eq!(headers["authorization"], "Basic dTpwdw==");
+        assert_eq!(headers["x-tenant"], "t");
+        let request = otlp::decode(body).unwrap();
+        let resource = request.resource_metrics[0].resource.as_ref().unwrap();
+        let keys: Vec<&str> = resource.attributes.iter().map(|a| a.key.as_str()).collect();
+        assert_eq!(keys, ["service.name", "pod"]);
+        let metrics = &request.resource_metrics[0].scope_metrics[0].metrics;
+        assert_eq!(metrics[0].name, "vllm:requests_total");
+        let Some(Data::Sum(sum)) = &metrics[0].data else {
+            panic!("{metrics:?}")
+        };
+        assert!(sum.is_monotonic);
+        let point = &sum.data_points[0];
+        assert!(
+            point.start_time_unix_nano > 0 && point.start_time_unix_nano <= point.time_unix_nano
+        );
+        let Some(number_data_point::Value::AsDouble(v)) = point.value else {
+            panic!()
+        };
+        otlp_values.push(v);
+    }
+    let rw_values: Vec<f64> = rw_received
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, _, body)| {
+            let request = remote_write::decode(body).unwrap();
+            request
+                .timeseries
+                .iter()
+                .find(|s| s.labels.iter().any(|l| l.value == "vllm:requests_total"))
+                .unwrap()
+                .samples[0]
+                .value
+        })
+        .collect();
+    // Both destinations got the same collections (one collection each time),
+    // and the retried one was not lost.
+    otlp_values.dedup();
+    assert_eq!(otlp_values[..], rw_values[..otlp_values.len()]);
+    assert_eq!(otlp_values[0], 1.0);
+    let text = self_metrics_text(&feed);
+    for line in [
+        "multiproc_exporter_push_samples_rejected_total{protocol=\"otlp\"} 2.0\n",
+        "multiproc_exporter_push_samples_rejected_total{protocol=\"remote_write\"} 0.0\n",
+        "multiproc_exporter_push_failures_total{protocol=\"otlp\",reason=\"http_5xx\"} 1.0\n",
+        "multiproc_exporter_push_failures_total{protocol=\"remote_write\",reason=\"http_5xx\"} 0.0\n",
+    ] {
+        assert!(text.contains(line), "{line} in\n{text}");
+    }
+}
+
+use opentelemetry_proto::tonic::metrics::v1::number_data_point;
+
+#[test]
+fn retry_after_is_seconds_or_an_http_date_and_capped() {
+    use axum::http::HeaderValue;
+    let parse = |v: &str| super::client::retry_after(Some(&HeaderValue::from_str(v).unwrap()));
+    assert_eq!(parse("7"), Some(Duration::from_secs(7)));
+    assert_eq!(parse("86400"), Some(Duration::from_secs(600)));
+    assert_eq!(parse("Sun, 06 Nov 1994 08:49:37 GMT"), Some(Duration::ZERO));
+    assert_eq!(parse("soon"), None);
+    let later = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(120));
+    let wait = parse(&later).unwrap();
+    assert!(
+        wait > Duration::from_secs(100) && wait <= Duration::from_secs(120),
+        "{wait:?}"
+    );
+}
