@@ -7,6 +7,7 @@
 #[cfg(feature = "demo")]
 mod demo;
 mod dump;
+mod dump_discover;
 pub mod flags;
 pub mod settings;
 

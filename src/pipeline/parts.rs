@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use crate::model::Label;
 use crate::pipeline::lifecycle::WriterReport;
+use crate::pipeline::part_status::PartStatus;
 use crate::pipeline::{CollectStats, Collection, Collector};
 use crate::source::link_policy::LinkPolicy;
 use crate::source::writers::WriterPolicy;
@@ -66,6 +67,8 @@ pub struct PartsCollection<K> {
     /// Parts a directory of which could not be listed (missing, unreadable),
     /// with that directory (as the part's inputs name it).
     pub unreadable: Vec<(K, PathBuf)>,
+    /// Each part's labels, directories, files and writers, in the order read.
+    pub statuses: Vec<PartStatus>,
 }
 
 impl<K> Default for PartsCollection<K> {
@@ -77,6 +80,7 @@ impl<K> Default for PartsCollection<K> {
             appeared: Vec::new(),
             disappeared: Vec::new(),
             unreadable: Vec::new(),
+            statuses: Vec::new(),
         }
     }
 }
@@ -188,6 +192,7 @@ impl<K: Ord + Clone> PartReaders<K> {
                 }
             };
             let collection = reader.collect(&spec.inputs);
+            out.statuses.push(status_of(&spec, &collection));
             for problem in &collection.problems {
                 if problem.reason.is_directory_reason() {
                     out.unreadable
@@ -249,6 +254,28 @@ fn shown(mut problem: Problem, shown_as: &[(PathBuf, PathBuf)]) -> Problem {
         }
     }
     problem
+}
+
+/// A part's [`PartStatus`]: its directories as [`PartSpec::shown_as`] shows
+/// them.
+fn status_of<K>(spec: &PartSpec<K>, collection: &Collection) -> PartStatus {
+    let directories = spec
+        .inputs
+        .iter()
+        .map(|input| {
+            let path = input.path();
+            spec.shown_as
+                .iter()
+                .find(|(from, _)| from == path)
+                .map_or_else(|| path.to_path_buf(), |(_, to)| to.clone())
+        })
+        .collect();
+    PartStatus::of(
+        spec.name.clone(),
+        spec.labels.clone(),
+        directories,
+        collection,
+    )
 }
 
 /// Adds one part's statistics.

@@ -22,9 +22,12 @@
 
 mod api;
 mod discover;
+mod html;
 mod http;
+mod parts_status;
 mod scrape;
 mod status_page;
+mod status_pods;
 mod telemetry;
 
 use crate::server::telemetry::operational::ConfigReload;

@@ -19,8 +19,9 @@
 //!   on;
 //! * the scan's cost over 500 processes each holding two files.
 //!
-//! `serve --discover.processes` end to end is [`serve`]'s, and the
-//! capabilities it needs [`privileges`]'.
+//! `serve --discover.processes` end to end is [`serve`]'s, what an operator
+//! sees of it (status page, API, `dump`) and the labels outside Kubernetes
+//! [`status`]', and the capabilities it needs [`privileges`]'.
 //!
 //! Skipped, with a notice, when not root, except under `CI=true`, where that
 //! is a failure.
@@ -28,6 +29,7 @@
 mod harness;
 mod privileges;
 mod serve;
+mod status;
 
 use std::io::{BufRead as _, BufReader};
 use std::os::unix::fs::MetadataExt as _;
