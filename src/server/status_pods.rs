@@ -7,7 +7,9 @@
 //! found; and the directories dropped in the last minutes with the reason.
 //! The server renders it from the last collection
 //! ([`super::parts_status`]); the script redraws it from `/api/v1/status`
-//! and lets the vLLM charts show one pod (`pod-filter`).
+//! and lets the vLLM charts show one pod (`pod-filter`). `/?q=TEXT` opens
+//! the page with the table searched for `TEXT`, `/?pod=NS/POD/CONTAINER`
+//! with the charts of that pod.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -192,7 +194,9 @@ function chartKeys(summary) {
   const select = document.getElementById('pod-filter');
   const pods = [...new Set(keys.map(k => podOf(summary, k)))].filter(p => p !== '').sort();
   select.hidden = pods.length === 0;
-  const chosen = select.value;
+  // Before the first options: the page's `?pod=`, if any.
+  const chosen = select.getAttribute('data-pods') === null ?
+    (new URLSearchParams(location.search).get('pod') || '') : select.value;
   const options = '<option value="">Every pod</option>' + pods.map(p => '<option value="' + esc(p) + '"' + (p === chosen ? ' selected' : '') + '>' + esc(p) + '</option>').join('');
   if (select.getAttribute('data-pods') !== pods.join('\n')) {
     select.innerHTML = options;
@@ -201,4 +205,12 @@ function chartKeys(summary) {
   const sortKey = k => { const l = (summary.groups || {})[k] || {}; return [l.namespace === undefined ? 1 : 0, l.namespace || '', l.pod || '', podOf(summary, k), l.model_name || k]; };
   return keys.filter(k => !chosen || podOf(summary, k) === chosen).sort((a, b) => cmpKeys(sortKey(a), sortKey(b)));
 }
+// The search box: `?q=` fills it (a link to one pod's row), typing filters.
+(function () {
+  const input = document.getElementById('pods-search');
+  if (!input) return;
+  const q = new URLSearchParams(location.search).get('q');
+  if (q) input.value = q;
+  input.addEventListener('input', filterParts);
+})();
 "##;

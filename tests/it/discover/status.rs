@@ -206,13 +206,18 @@ fn a_node_agent_shows_every_pod_on_its_status_page_api_and_dump() {
         .unwrap();
     assert!(summary["models"][&key].is_object(), "{summary}");
 
-    // The page: a row each, the charts per pod, a pod selector.
+    // The page: a row each, a pod selector, the charts of the pod chosen.
     if let Some(chromium) = chromium() {
         let shot = repo_root().join("target/test-output/status-page-node-agent.png");
         std::fs::create_dir_all(shot.parent().unwrap()).unwrap();
+        // Searched for this test's namespace (other tests' processes are
+        // found too), the charts of pod a only.
         let page = load(
             &chromium,
-            &format!("{}/", exporter.base),
+            &format!(
+                "{}/?q={namespace}&pod={namespace}/vllm-a/vllm",
+                exporter.base
+            ),
             Duration::from_secs(7),
             Some(&shot),
         );
@@ -220,15 +225,17 @@ fn a_node_agent_shows_every_pod_on_its_status_page_api_and_dump() {
         for pod in ["vllm-a", "vllm-b"] {
             let row = format!("data-part=\"{namespace}/{pod}/vllm\"");
             assert!(page.dom.contains(&row), "no row {row}: {}", page.dom);
-            let option = format!("<option value=\"{namespace}/{pod}/vllm\">");
+            let option = format!("<option value=\"{namespace}/{pod}/vllm\"");
             assert!(page.dom.contains(&option), "no {option}: {}", page.dom);
-            let chart = format!("{namespace}/{pod}/vllm · ");
-            assert!(
-                page.dom.contains(&chart),
-                "no charts of {pod}: {}",
-                page.dom
-            );
         }
+        let charts = |pod: &str| page.dom.contains(&format!("{namespace}/{pod}/vllm · "));
+        assert!(charts("vllm-a") && !charts("vllm-b"), "{}", page.dom);
+        assert!(
+            page.dom
+                .contains("<span id=\"pods-count\" class=\"muted\">2 shown</span>"),
+            "{}",
+            page.dom
+        );
         assert!(
             !page.dom.contains("id=\"pods-section\" hidden"),
             "{}",
