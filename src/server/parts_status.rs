@@ -101,16 +101,20 @@ pub(crate) fn parts_of(gathered: &Gathered) -> Vec<PartJson> {
         .as_ref()
         .map_or(&[], |d| d.targets.as_slice());
     let mut used = vec![false; targets.len()];
+    // A part's targets are those with its labels (one lookup each: a node
+    // may have hundreds).
+    let mut by_labels: BTreeMap<&[Label], Vec<usize>> = BTreeMap::new();
+    for (i, target) in targets.iter().enumerate() {
+        by_labels.entry(&target.labels).or_default().push(i);
+    }
     let mut out: Vec<PartJson> = gathered
         .parts
         .iter()
         .map(|part| {
             let mut directories = Vec::new();
-            for (i, target) in targets.iter().enumerate() {
-                if target.labels == part.labels {
-                    used[i] = true;
-                    directories.push(directory_of(target));
-                }
+            for &i in by_labels.get(&part.labels[..]).into_iter().flatten() {
+                used[i] = true;
+                directories.push(directory_of(&targets[i]));
             }
             if gathered.discovery.is_none() {
                 directories = part
@@ -209,6 +213,8 @@ impl Dropped {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pipeline::discovered::{DiscoveryReport, TargetState};
+    use crate::pipeline::part_status::PartStatus;
 
     fn dropped(at: f64) -> DroppedJson {
         DroppedJson {
@@ -219,6 +225,75 @@ mod tests {
             mount_ns: Some(1),
             reason: "pod_gone",
         }
+    }
+
+    fn labels(pod: &str) -> Vec<Label> {
+        vec![
+            ("namespace".into(), "ns".into()),
+            ("pod".into(), pod.into()),
+        ]
+    }
+
+    fn target(pod: &str, dir: &str, state: TargetState) -> TargetReport {
+        TargetReport {
+            part: format!("ns/{pod}").into(),
+            labels: labels(pod),
+            dir: dir.into(),
+            mount_ns: Some(7),
+            holders: vec![12],
+            state,
+            found: UNIX_EPOCH + Duration::from_secs(100),
+        }
+    }
+
+    #[test]
+    fn a_part_lists_its_directories_and_an_unread_target_is_a_part_of_its_own() {
+        let mut gathered = Gathered::default();
+        gathered.parts = vec![PartStatus {
+            name: "ns/a".into(),
+            labels: labels("a"),
+            directories: vec!["a:/m".into(), "a:/n".into()],
+            files_listed: 3,
+            files_merged: 2,
+            files_skipped: 1,
+            files_pending: 0,
+            writers: [1, 2, 0],
+            samples: 9,
+        }];
+        gathered.discovery = Some(DiscoveryReport {
+            targets: vec![
+                target("a", "/m", TargetState::Held),
+                target("b", "/x", TargetState::Unreadable),
+                target("a", "/n", TargetState::PodExists),
+            ],
+            ..DiscoveryReport::default()
+        });
+        let parts = serde_json::to_value(parts_of(&gathered)).unwrap();
+        assert_eq!(
+            parts,
+            serde_json::json!([
+                {"name": "ns/a", "labels": {"namespace": "ns", "pod": "a"},
+                 "directories": [
+                     {"dir": "/m", "mount_ns": 7, "holders": [12], "state": "held", "found_at": 100.0},
+                     {"dir": "/n", "mount_ns": 7, "holders": [12], "state": "pod_exists", "found_at": 100.0}],
+                 "files_listed": 3, "files_merged": 2, "files_skipped": 1, "files_pending": 0,
+                 "writers_live": 1, "writers_dead": 2, "writers_unknown": 0, "samples": 9},
+                {"name": "ns/b", "labels": {"namespace": "ns", "pod": "b"},
+                 "directories": [
+                     {"dir": "/x", "mount_ns": 7, "holders": [12], "state": "unreadable", "found_at": 100.0}],
+                 "files_listed": 0, "files_merged": 0, "files_skipped": 0, "files_pending": 0,
+                 "writers_live": 0, "writers_dead": 0, "writers_unknown": 0, "samples": 0}
+            ])
+        );
+        // Subdirectories: the part's own directories, nothing discovered.
+        gathered.discovery = None;
+        let parts = parts_of(&gathered);
+        let dirs: Vec<_> = parts[0]
+            .directories
+            .iter()
+            .map(|d| (&*d.dir, d.state))
+            .collect();
+        assert_eq!(dirs, [("a:/m", None), ("a:/n", None)]);
     }
 
     #[test]

@@ -214,3 +214,56 @@ function chartKeys(summary) {
   input.addEventListener('input', filterParts);
 })();
 "##;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(name: &str, labels: &[(&str, &str)]) -> PartJson {
+        PartJson {
+            name: name.to_owned(),
+            labels: labels
+                .iter()
+                .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+                .collect(),
+            directories: Vec::new(),
+            files_listed: 0,
+            files_merged: 0,
+            files_skipped: 0,
+            files_pending: 0,
+            writers_live: 0,
+            writers_dead: 0,
+            writers_unknown: 0,
+            samples: 0,
+        }
+    }
+
+    #[test]
+    fn pods_come_first_by_namespace_and_pod_labels_in_order_escaped() {
+        let html = section(&[
+            part("process <py>", &[("process", "<py>"), ("directory", "/m")]),
+            part(
+                "b/p/c",
+                &[("container", "c"), ("namespace", "b"), ("pod", "p")],
+            ),
+            part(
+                "a/q/c",
+                &[("pod", "q"), ("namespace", "a"), ("container", "c")],
+            ),
+        ]);
+        let rows: Vec<&str> = html
+            .match_indices("data-part=\"")
+            .map(|(i, _)| &html[i + 11..i + 16])
+            .collect();
+        assert_eq!(rows, ["a/q/c", "b/p/c", "proce"], "{html}");
+        assert!(html.contains(
+            "<code class=\"label\">namespace=\"a\"</code> <code class=\"label\">pod=\"q\"</code> <code class=\"label\">container=\"c\"</code>"
+        ), "{html}");
+        assert!(
+            html.contains("process=\"&lt;py&gt;\"</code> <code class=\"label\">directory="),
+            "{html}"
+        );
+        assert!(!html.contains("<py>"), "{html}");
+        assert!(section(&[]).starts_with("<section id=\"pods-section\" hidden>"));
+    }
+}
