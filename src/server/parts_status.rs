@@ -43,6 +43,29 @@ pub(crate) struct PartJson {
     pub(crate) samples: usize,
 }
 
+impl PartJson {
+    /// A part nothing was read of (its directory unreadable).
+    pub(crate) fn unread(
+        name: String,
+        labels: BTreeMap<String, String>,
+        directories: Vec<DirectoryJson>,
+    ) -> Self {
+        Self {
+            name,
+            labels,
+            directories,
+            files_listed: 0,
+            files_merged: 0,
+            files_skipped: 0,
+            files_pending: 0,
+            writers_live: 0,
+            writers_dead: 0,
+            writers_unknown: 0,
+            samples: 0,
+        }
+    }
+}
+
 /// One directory of a part.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct DirectoryJson {
@@ -145,19 +168,11 @@ pub(crate) fn parts_of(gathered: &Gathered) -> Vec<PartJson> {
         })
         .collect();
     for (target, _) in targets.iter().zip(used).filter(|(_, used)| !used) {
-        out.push(PartJson {
-            name: target.part.to_string(),
-            labels: label_map(&target.labels),
-            directories: vec![directory_of(target)],
-            files_listed: 0,
-            files_merged: 0,
-            files_skipped: 0,
-            files_pending: 0,
-            writers_live: 0,
-            writers_dead: 0,
-            writers_unknown: 0,
-            samples: 0,
-        });
+        out.push(PartJson::unread(
+            target.part.to_string(),
+            label_map(&target.labels),
+            vec![directory_of(target)],
+        ));
     }
     out
 }
@@ -248,26 +263,28 @@ mod tests {
 
     #[test]
     fn a_part_lists_its_directories_and_an_unread_target_is_a_part_of_its_own() {
-        let mut gathered = Gathered::default();
-        gathered.parts = vec![PartStatus {
-            name: "ns/a".into(),
-            labels: labels("a"),
-            directories: vec!["a:/m".into(), "a:/n".into()],
-            files_listed: 3,
-            files_merged: 2,
-            files_skipped: 1,
-            files_pending: 0,
-            writers: [1, 2, 0],
-            samples: 9,
-        }];
-        gathered.discovery = Some(DiscoveryReport {
-            targets: vec![
-                target("a", "/m", TargetState::Held),
-                target("b", "/x", TargetState::Unreadable),
-                target("a", "/n", TargetState::PodExists),
-            ],
-            ..DiscoveryReport::default()
-        });
+        let mut gathered = Gathered {
+            parts: vec![PartStatus {
+                name: "ns/a".into(),
+                labels: labels("a"),
+                directories: vec!["a:/m".into(), "a:/n".into()],
+                files_listed: 3,
+                files_merged: 2,
+                files_skipped: 1,
+                files_pending: 0,
+                writers: [1, 2, 0],
+                samples: 9,
+            }],
+            discovery: Some(DiscoveryReport {
+                targets: vec![
+                    target("a", "/m", TargetState::Held),
+                    target("b", "/x", TargetState::Unreadable),
+                    target("a", "/n", TargetState::PodExists),
+                ],
+                ..DiscoveryReport::default()
+            }),
+            ..Gathered::default()
+        };
         let parts = serde_json::to_value(parts_of(&gathered)).unwrap();
         assert_eq!(
             parts,

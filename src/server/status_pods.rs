@@ -220,22 +220,11 @@ mod tests {
     use super::*;
 
     fn part(name: &str, labels: &[(&str, &str)]) -> PartJson {
-        PartJson {
-            name: name.to_owned(),
-            labels: labels
-                .iter()
-                .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
-                .collect(),
-            directories: Vec::new(),
-            files_listed: 0,
-            files_merged: 0,
-            files_skipped: 0,
-            files_pending: 0,
-            writers_live: 0,
-            writers_dead: 0,
-            writers_unknown: 0,
-            samples: 0,
-        }
+        let labels = labels
+            .iter()
+            .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+            .collect();
+        PartJson::unread(name.to_owned(), labels, Vec::new())
     }
 
     #[test]
