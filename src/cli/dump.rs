@@ -63,6 +63,12 @@ pub(crate) fn run(args: DumpFlags) -> ExitCode {
         .with_writer_policy(directories.writer_policy);
     source.set_per_writer(config.per_writer.as_ref());
     let gathered = source.collect();
+    let discovering = gathered.discovery.is_some();
+    let kind = if discovering {
+        "directory"
+    } else {
+        "subdirectory"
+    };
     for event in &gathered.events {
         match event {
             Event::DuplicateSubdirectory(path) => eprintln!(
@@ -70,7 +76,7 @@ pub(crate) fn run(args: DumpFlags) -> ExitCode {
                 path.display()
             ),
             Event::FamilyConflict(c) | Event::DiscoveredConflict(c) => eprintln!(
-                "multiproc-exporter: family {} of subdirectory {} disagrees with subdirectory {} ({}); kept the first one's type and help",
+                "multiproc-exporter: family {} of {kind} {} disagrees with {kind} {} ({}); kept the first one's type and help",
                 c.family,
                 c.part,
                 c.kept_from,
@@ -87,7 +93,6 @@ pub(crate) fn run(args: DumpFlags) -> ExitCode {
             Event::SubdirectoryAppeared(_) | Event::SubdirectoryGone(_) => {}
         }
     }
-    let discovered = gathered.discovery.is_some();
     if !super::dump_discover::summarize(&gathered) {
         return ExitCode::from(1);
     }
@@ -105,7 +110,7 @@ pub(crate) fn run(args: DumpFlags) -> ExitCode {
             problem.reason
         );
     }
-    if failed_inputs == inputs.len() && !discovered {
+    if failed_inputs == inputs.len() && !discovering {
         eprintln!("multiproc-exporter: nothing to read: no input could be read");
         return ExitCode::from(1);
     }
