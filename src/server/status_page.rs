@@ -58,7 +58,7 @@ pub(crate) fn page(
 <div id="generic">{generic}</div></section>
 {pods}
 <section><h2>vLLM</h2><p class="muted">Per model (and pod); rates and averages between collections, a counter reset skips its interval. The last 15 minutes.</p>
-<select id="pod-filter" class="pod-filter" aria-label="Pod" hidden onchange="if (lastSummary) renderModels(lastSummary)"></select>
+<select id="pod-filter" class="pod-filter" aria-label="Pod" hidden></select>
 <div id="models"><p class="muted">Waiting for two collections…</p></div></section>
 <script>{pods_script}{SCRIPT}</script>
 </body>

@@ -212,6 +212,10 @@ function chartKeys(summary) {
   const q = new URLSearchParams(location.search).get('q');
   if (q) input.value = q;
   input.addEventListener('input', filterParts);
+  // Another pod chosen: the charts of the last summary again.
+  document.getElementById('pod-filter').addEventListener('change', () => {
+    if (lastSummary) renderModels(lastSummary);
+  });
 })();
 "##;
 
