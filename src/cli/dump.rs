@@ -25,7 +25,16 @@ pub(crate) fn run(args: DumpFlags) -> ExitCode {
         Err(e) => return usage(e),
     };
     let given: Vec<_> = args.dirs.into_iter().chain(args.paths).collect();
-    let paths = if given.is_empty() {
+    let discovery = match args
+        .discover
+        .validate_with(!given.is_empty(), &args.directories)
+    {
+        Ok(d) => d,
+        Err(e) => return usage(e),
+    };
+    let paths = if discovery.is_some() {
+        Vec::new()
+    } else if given.is_empty() {
         match multiproc_dir_from_env() {
             Some(dir) => vec![dir],
             None => {
@@ -41,15 +50,25 @@ pub(crate) fn run(args: DumpFlags) -> ExitCode {
         None => paths.into_iter().map(Input::detect).collect(),
         Some(_) => paths.into_iter().map(Input::Directory).collect(),
     };
-    let mut source = Source::new(
-        inputs.clone(),
-        directories.subdirectories_label,
-        directories.link_policy,
-    )
-    .with_memory_budget(directories.memory_budget)
-    .with_writer_policy(directories.writer_policy);
+    let source = match discovery {
+        Some(options) => Source::discovered(options),
+        None => Source::new(
+            inputs.clone(),
+            directories.subdirectories_label,
+            directories.link_policy,
+        ),
+    };
+    let mut source = source
+        .with_memory_budget(directories.memory_budget)
+        .with_writer_policy(directories.writer_policy);
     source.set_per_writer(config.per_writer.as_ref());
     let gathered = source.collect();
+    let discovering = gathered.discovery.is_some();
+    let kind = if discovering {
+        "directory"
+    } else {
+        "subdirectory"
+    };
     for event in &gathered.events {
         match event {
             Event::DuplicateSubdirectory(path) => eprintln!(
@@ -57,7 +76,7 @@ pub(crate) fn run(args: DumpFlags) -> ExitCode {
                 path.display()
             ),
             Event::FamilyConflict(c) | Event::DiscoveredConflict(c) => eprintln!(
-                "multiproc-exporter: family {} of subdirectory {} disagrees with subdirectory {} ({}); kept the first one's type and help",
+                "multiproc-exporter: family {} of {kind} {} disagrees with {kind} {} ({}); kept the first one's type and help",
                 c.family,
                 c.part,
                 c.kept_from,
@@ -74,6 +93,9 @@ pub(crate) fn run(args: DumpFlags) -> ExitCode {
             Event::SubdirectoryAppeared(_) | Event::SubdirectoryGone(_) => {}
         }
     }
+    if !super::dump_discover::summarize(&gathered) {
+        return ExitCode::from(1);
+    }
     let collection = gathered.collection;
     // Exit 1 when nothing could be read at all: every input failed (missing,
     // unreadable), or there were files and none of them could be merged.
@@ -88,7 +110,7 @@ pub(crate) fn run(args: DumpFlags) -> ExitCode {
             problem.reason
         );
     }
-    if failed_inputs == inputs.len() {
+    if failed_inputs == inputs.len() && !discovering {
         eprintln!("multiproc-exporter: nothing to read: no input could be read");
         return ExitCode::from(1);
     }

@@ -723,6 +723,10 @@ pub struct DumpFlags {
     /// and files (merged in the order given). Defaults to
     /// `$PROMETHEUS_MULTIPROC_DIR`.
     pub paths: Vec<PathBuf>,
+    /// Finding the directories through /proc, as `serve --discover.processes`
+    /// (once: --discover.interval and --discover.linger do not apply).
+    #[command(flatten)]
+    pub discover: Box<DiscoverFlags>,
 }
 
 /// Flags of `demo`.

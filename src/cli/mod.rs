@@ -7,6 +7,7 @@
 #[cfg(feature = "demo")]
 mod demo;
 mod dump;
+mod dump_discover;
 pub mod flags;
 pub mod settings;
 
@@ -112,21 +113,16 @@ fn serve(
     }
 }
 
-/// Logs the descriptor limit the exporter runs with (and a failed raise).
+/// Warns when the soft descriptor limit could not be raised (the limit
+/// itself is a field of the start-up line).
 fn log_nofile(limit: &crate::source::descriptors::NofileLimit, error: Option<&std::io::Error>) {
-    let text = |v: Option<u64>| v.map_or_else(|| "unlimited".to_owned(), |v| v.to_string());
-    match error {
-        None => tracing::info!(
-            soft = %text(limit.soft),
-            hard = %text(limit.hard),
-            raised_from = %if limit.raised() { text(limit.before) } else { String::new() },
-            "File descriptor limit (RLIMIT_NOFILE)."
-        ),
-        Some(error) => tracing::warn!(
+    if let Some(error) = error {
+        let text = |v: Option<u64>| v.map_or_else(|| "unlimited".to_owned(), |v| v.to_string());
+        tracing::warn!(
             soft = %text(limit.soft),
             hard = %text(limit.hard),
             %error,
             "Cannot raise the soft file descriptor limit to the hard one; running with the soft one."
-        ),
+        );
     }
 }

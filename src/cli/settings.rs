@@ -215,17 +215,27 @@ impl DiscoverFlags {
     /// The discovery options with `--discover.processes` (`None` without),
     /// checked against the other flags of `serve`.
     pub(crate) fn validate(&self, serve: &ServeFlags) -> Result<Option<DiscoverOptions>, String> {
+        let given_dirs = serve.dirs.iter().any(|d| !d.as_os_str().is_empty());
+        self.validate_with(given_dirs, &serve.directories)
+    }
+
+    /// [`Self::validate`] for a command given directories or not (`dump`'s
+    /// PATHs) and reading them as `directories` says.
+    pub(crate) fn validate_with(
+        &self,
+        given_dirs: bool,
+        directories: &DirectoryFlags,
+    ) -> Result<Option<DiscoverOptions>, String> {
         if !self.discover_processes {
             return Ok(None);
         }
-        let given_dirs = serve.dirs.iter().any(|d| !d.as_os_str().is_empty());
         if given_dirs {
             return Err("--discover.processes finds the metrics directories itself: drop --dir (and unset PROMETHEUS_MULTIPROC_DIR in its environment).".to_owned());
         }
-        if serve.directories.subdirectories_label.is_some() {
+        if directories.subdirectories_label.is_some() {
             return Err("--discover.processes labels each directory with its pod: it cannot be combined with --dir.subdirectories-label.".to_owned());
         }
-        if serve.directories.compact_dead_writers {
+        if directories.compact_dead_writers {
             return Err("--discover.processes never writes into the directories it finds: it cannot be combined with --dir.compact-dead-writers.".to_owned());
         }
         if self.discover_interval.is_zero() {

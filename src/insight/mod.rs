@@ -19,6 +19,7 @@
 //! to its generic parts for a directory that is not vLLM's.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -65,13 +66,68 @@ pub struct Totals {
 pub struct Point {
     /// Unix time, seconds.
     pub at: f64,
-    /// By `model_name` (`""` for samples without one).
+    /// By `model_name` (`""` for samples without one), or, grouped
+    /// ([`Point::grouped`]), by the [`group_key`] of the part's labels and
+    /// `model_name`.
     pub models: BTreeMap<String, Totals>,
+    /// Grouped: each key's labels (the part's and `model_name`).
+    pub groups: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+/// The key of a part's model when the numbers are grouped by part: the
+/// labels (`group_by`'s the sample has, in that order, then `model_name`)
+/// as Prometheus writes a label set, `namespace="ns",pod="p",model_name="m"`.
+pub fn group_key(labels: &[(&str, &str)]) -> String {
+    let mut key = String::new();
+    for (i, (name, value)) in labels.iter().enumerate() {
+        if i > 0 {
+            key.push(',');
+        }
+        key.push_str(name);
+        key.push_str("=\"");
+        for c in value.chars() {
+            match c {
+                '\\' => key.push_str("\\\\"),
+                '"' => key.push_str("\\\""),
+                '\n' => key.push_str("\\n"),
+                c => key.push(c),
+            }
+        }
+        key.push('"');
+    }
+    key
 }
 
 impl Point {
     /// The curated numbers of `families` (merged, vLLM's names) at `at`.
     pub fn of(families: &[MetricFamily], at: f64) -> Point {
+        Self::grouped(families, at, &[])
+    }
+
+    /// [`Point::of`], by part and model when `group_by` names the labels
+    /// that tell the parts apart (each pod's own numbers, not their sum);
+    /// by model alone when it is empty.
+    pub fn grouped(families: &[MetricFamily], at: f64, group_by: &[Arc<str>]) -> Point {
+        let mut groups: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+        let mut key_of = |labels: &crate::model::Labels| -> String {
+            let model = labels.get("model_name").unwrap_or_default();
+            if group_by.is_empty() {
+                return model.to_string();
+            }
+            let mut pairs: Vec<(&str, &str)> = group_by
+                .iter()
+                .filter_map(|name| Some((&**name, labels.get(name)?)))
+                .collect();
+            pairs.push(("model_name", model));
+            let key = group_key(&pairs);
+            groups.entry(key.clone()).or_insert_with(|| {
+                pairs
+                    .iter()
+                    .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+                    .collect()
+            });
+            key
+        };
         let mut models: BTreeMap<String, Totals> = BTreeMap::new();
         let mut kv: BTreeMap<String, (f64, usize)> = BTreeMap::new();
         for family in families {
@@ -81,9 +137,9 @@ impl Point {
             }
             for sample in &family.samples {
                 if &*sample.name == KV_CACHE_USAGE {
-                    let model = sample.labels.get("model_name").unwrap_or_default();
-                    models.entry(model.to_string()).or_default();
-                    let entry = kv.entry(model.to_string()).or_default();
+                    let model = key_of(&sample.labels);
+                    models.entry(model.clone()).or_default();
+                    let entry = kv.entry(model).or_default();
                     entry.0 += sample.value;
                     entry.1 += 1;
                     continue;
@@ -91,8 +147,7 @@ impl Point {
                 let Some(slot) = slot_of(&sample.name) else {
                     continue;
                 };
-                let model = sample.labels.get("model_name").unwrap_or_default();
-                let field = slot(models.entry(model.to_string()).or_default());
+                let field = slot(models.entry(key_of(&sample.labels)).or_default());
                 *field = Some(field.unwrap_or(0.0) + sample.value);
             }
         }
@@ -101,7 +156,7 @@ impl Point {
                 totals.kv_cache_usage = Some(sum / n as f64);
             }
         }
-        Point { at, models }
+        Point { at, models, groups }
     }
 }
 
@@ -272,6 +327,9 @@ pub struct Summary {
     pub models: BTreeMap<String, Derived>,
     /// Oldest first.
     pub history: Vec<ChartPoint>,
+    /// Grouped by part: each key of `models` with its labels (the part's
+    /// and `model_name`); empty when the keys are the models' names.
+    pub groups: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// The points of the last [`HISTORY_SECONDS`], at most one a second.
@@ -358,6 +416,15 @@ impl History {
         Summary {
             at: last_at,
             window_seconds: SUMMARY_WINDOW_SECONDS,
+            groups: {
+                let mut groups = BTreeMap::new();
+                for (key, labels) in all.iter().rev().flat_map(|p| p.groups.iter()) {
+                    if !groups.contains_key(key) {
+                        groups.insert(key.clone(), labels.clone());
+                    }
+                }
+                groups
+            },
             models: models
                 .into_iter()
                 .map(|m| (m.clone(), derive(&window, m)))

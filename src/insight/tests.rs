@@ -143,7 +143,7 @@ fn the_history_is_bounded_and_spaced() {
     let mut history = History::new();
     let empty = |at| Point {
         at,
-        models: Default::default(),
+        ..Point::default()
     };
     for i in 0..2000 {
         history.record(empty(f64::from(i)));
@@ -187,4 +187,39 @@ fn a_family_of_other_samples_adds_nothing() {
         let totals = point.models.get_mut("m").expect(sample);
         assert_eq!(*field(totals), Some(3.0), "{sample}");
     }
+}
+
+#[test]
+fn grouped_by_pod_two_pods_of_one_model_are_two_keys() {
+    let pod = |name: &str, value: f64| Sample {
+        name: "vllm:num_requests_running".into(),
+        labels: Labels::new([
+            ("model_name".into(), "m".into()),
+            ("namespace".into(), "ns".into()),
+            ("pod".into(), name.into()),
+        ]),
+        value,
+    };
+    let families = vec![MetricFamily {
+        name: "vllm:num_requests_running".into(),
+        help: "h".into(),
+        metric_type: MetricType::Gauge,
+        samples: vec![pod("a", 3.0), pod("b", 4.0)],
+    }];
+    let by: Vec<Arc<str>> = ["namespace", "pod", "container"].map(Arc::from).to_vec();
+    let point = Point::grouped(&families, 1.0, &by);
+    let a = group_key(&[("namespace", "ns"), ("pod", "a"), ("model_name", "m")]);
+    assert_eq!(a, "namespace=\"ns\",pod=\"a\",model_name=\"m\"");
+    assert_eq!(point.models.len(), 2);
+    assert_eq!(point.models[&a].requests_running, Some(3.0));
+    assert_eq!(point.groups[&a]["pod"], "a");
+    let mut history = History::new();
+    history.record(point);
+    let summary = history.summary();
+    assert_eq!(summary.groups.len(), 2);
+    assert_eq!(summary.models[&a].requests_running, Some(3.0));
+    // Not grouped: one model, the pods summed.
+    let point = Point::of(&families, 1.0);
+    assert_eq!(point.models["m"].requests_running, Some(7.0));
+    assert!(point.groups.is_empty());
 }

@@ -18,24 +18,13 @@
 //!
 //! # Labels
 //!
-//! A part is the targets with the same labels ([`target_labels`]):
-//!
-//! * in Kubernetes (the holder's cgroup names a pod whose log directory is
-//!   found): `namespace`, `pod`, `container` (the container's name; its ID when
-//!   the log tree does not tell which container of the pod it is), and, when
-//!   asked for, the pod's UID;
-//! * otherwise, in a container (Docker, Podman, a pod whose log directory is
-//!   not found): `container` with the container's ID (and the pod UID, when
-//!   asked for and known);
-//! * otherwise (a plain process): `process` with the command name of the
-//!   directory's oldest holder (`/proc/<pid>/comm`).
-//!
-//! The label names are configurable (`--discover.*-label`; empty leaves one
-//! out). Several directories with the same labels (a container restarted with
-//! a new directory of its own while its pod keeps the old one, two
-//! applications of one container) are one part: their files are merged
+//! A part is the targets with the same labels
+//! ([`super::discovered_labels`]): a pod's container (its directories merged
 //! together, as prometheus_client would merge one directory holding all of
-//! them, so the output never holds the same series twice.
+//! their files, so the output never holds the same series twice), or, outside
+//! Kubernetes, one directory with its owner (container ID, systemd unit or
+//! command name) and its path. The label names are configurable
+//! (`--discover.*-label`; empty leaves one out).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -43,6 +32,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::model::Label;
+pub use crate::pipeline::discovered_labels::{
+    label_targets, target_labels, DiscoverLabels, LabelledTarget, DIRECTORY_LABEL, PROCESS_LABEL,
+    UNIT_LABEL,
+};
 use crate::pipeline::parts::{Capped, PartCaps, PartReaders, PartSpec, PartsCollection, Pin};
 use crate::source::descriptors;
 use crate::source::discover::{
@@ -53,35 +46,8 @@ use crate::source::writers::WriterPolicy;
 use crate::source::{Input, MemoryBudget};
 use crate::transform::config::PerWriter as PerWriterConfig;
 
-/// The label of a directory written by a process outside any container.
-pub const PROCESS_LABEL: &str = "process";
-
 /// How holders are checked for having exited between two scans, at most.
 pub const HOLDER_CHECK_INTERVAL: Duration = Duration::from_secs(1);
-
-/// The names of the labels a discovered part gets (`None`: not added).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DiscoverLabels {
-    /// The pod's namespace (`--discover.namespace-label`).
-    pub namespace: Option<Arc<str>>,
-    /// The pod's name (`--discover.pod-label`).
-    pub pod: Option<Arc<str>>,
-    /// The container's name or ID (`--discover.container-label`).
-    pub container: Option<Arc<str>>,
-    /// The pod's UID (`--discover.pod-uid-label`; none by default).
-    pub pod_uid: Option<Arc<str>>,
-}
-
-impl Default for DiscoverLabels {
-    fn default() -> Self {
-        Self {
-            namespace: Some("namespace".into()),
-            pod: Some("pod".into()),
-            container: Some("container".into()),
-            pod_uid: None,
-        }
-    }
-}
 
 /// What `--discover.*` asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -221,6 +187,8 @@ pub struct TargetReport {
     pub holders: Vec<u32>,
     /// What it is now.
     pub state: TargetState,
+    /// When it was found.
+    pub found: std::time::SystemTime,
 }
 
 /// Something a scan could not do, as logs and metrics take it.
@@ -422,8 +390,12 @@ impl DiscoveredReader {
         }
         let deadline = parts_deadline(now, Instant::now(), timeout);
         let mut groups: BTreeMap<Vec<Label>, (Arc<str>, Vec<&Target>)> = BTreeMap::new();
-        for target in self.discovery.targets().values() {
-            let (labels, name) = target_labels(target, &self.options.labels);
+        for LabelledTarget {
+            target,
+            labels,
+            name,
+        } in label_targets(self.discovery.targets().values(), &self.options.labels)
+        {
             groups
                 .entry(labels)
                 .or_insert_with(|| (name, Vec::new()))
@@ -562,14 +534,10 @@ impl DiscoveredReader {
         self.last_holder_check = Some(now);
         let labels = &self.options.labels;
         let targets = self.discovery.targets();
-        let added = refresh
-            .added
-            .iter()
-            .filter_map(|id| targets.get(id))
-            .map(|target| {
-                let (part, name) = target_labels(target, labels);
-                report_of(target, &part, &name)
-            })
+        let added = label_targets(targets.values(), labels)
+            .into_iter()
+            .filter(|t| refresh.added.contains(&t.target.id()))
+            .map(|t| report_of(t.target, &t.labels, &t.name))
             .collect();
         let dropped = refresh
             .dropped
@@ -617,52 +585,6 @@ fn part_readers(caps: &DiscoverCaps) -> PartReaders<Vec<Label>> {
     parts
 }
 
-/// A target's labels (in the order of [`DiscoverLabels`]'s fields, then
-/// [`PROCESS_LABEL`]; only those with a name and a value) and its part's name.
-pub fn target_labels(target: &Target, names: &DiscoverLabels) -> (Vec<Label>, Arc<str>) {
-    let mut labels: Vec<Label> = Vec::new();
-    let mut push = |name: &Option<Arc<str>>, value: Option<&str>| {
-        if let (Some(name), Some(value)) = (name, value.filter(|v| !v.is_empty())) {
-            labels.push((name.clone(), value.into()));
-        }
-    };
-    let name: String;
-    match target.pod() {
-        Some(pod) => {
-            let container = pod.container.as_deref().or(target.container_id());
-            push(&names.namespace, Some(&pod.namespace));
-            push(&names.pod, Some(&pod.pod));
-            push(&names.container, container);
-            push(&names.pod_uid, Some(&pod.uid));
-            name = format!(
-                "{}/{}/{}",
-                pod.namespace,
-                pod.pod,
-                container.unwrap_or_default()
-            );
-        }
-        None => match (target.container_id(), target.pod_uid()) {
-            (None, None) => {
-                let command = target
-                    .owner()
-                    .and_then(|o| o.command.as_deref())
-                    .unwrap_or("unknown");
-                push(&Some(PROCESS_LABEL.into()), Some(command));
-                name = format!("process {command}");
-            }
-            (container, uid) => {
-                push(&names.container, container);
-                push(&names.pod_uid, uid);
-                name = match (container, uid) {
-                    (Some(id), _) => format!("container {id}"),
-                    (None, uid) => format!("pod {}", uid.unwrap_or_default()),
-                };
-            }
-        },
-    }
-    (labels, name.into())
-}
-
 /// A target as logs and metrics see it.
 fn report_of(target: &Target, labels: &[Label], part: &Arc<str>) -> TargetReport {
     TargetReport {
@@ -678,6 +600,9 @@ fn report_of(target: &Target, labels: &[Label], part: &Arc<str>) -> TargetReport
             // Not kept: not reported.
             Decision::Drop(_) => TargetState::Unreadable,
         },
+        found: std::time::SystemTime::now()
+            .checked_sub(target.first_seen().elapsed())
+            .unwrap_or(std::time::UNIX_EPOCH),
     }
 }
 

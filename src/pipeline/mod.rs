@@ -15,8 +15,10 @@
 mod collector;
 pub mod compaction;
 pub mod discovered;
+pub mod discovered_labels;
 mod fair;
 pub mod lifecycle;
+pub mod part_status;
 pub mod parts;
 pub mod per_writer;
 pub mod subdirectories;
@@ -98,6 +100,9 @@ pub struct Gathered {
     pub subdirectories: Option<usize>,
     /// With `--discover.processes`: what discovery did and found.
     pub discovery: Option<DiscoveryReport>,
+    /// With subdirectories or `--discover.processes`: each part's labels,
+    /// directories, files and writers.
+    pub parts: Vec<part_status::PartStatus>,
 }
 
 impl Source {
@@ -195,6 +200,16 @@ impl Source {
         matches!(self.kind, Kind::Subdirectories(_))
     }
 
+    /// The names of the labels that tell the parts apart (the subdirectories'
+    /// label; the discovered parts' labels); none for plain inputs.
+    pub fn part_label_names(&self) -> Vec<Arc<str>> {
+        match &self.kind {
+            Kind::Inputs(_) => Vec::new(),
+            Kind::Subdirectories(reader) => vec![reader.label()],
+            Kind::Discovered(reader) => reader.options().labels.names(),
+        }
+    }
+
     /// Whether the directories are discovered (`--discover.processes`).
     pub fn discovers(&self) -> bool {
         matches!(self.kind, Kind::Discovered(_))
@@ -277,6 +292,7 @@ impl Source {
                     events,
                     subdirectories: None,
                     discovery: None,
+                    parts: Vec::new(),
                 }
             }
             Kind::Subdirectories(reader) => {
@@ -303,11 +319,13 @@ impl Source {
                     events,
                     subdirectories: Some(result.subdirectories),
                     discovery: None,
+                    parts: result.statuses,
                 }
             }
             Kind::Discovered(reader) => {
                 let result = reader.collect();
                 let mut parts = result.parts;
+                let statuses = std::mem::take(&mut parts.statuses);
                 let events = (parts.conflicts.into_iter().map(Event::DiscoveredConflict))
                     .chain(
                         parts
@@ -322,6 +340,7 @@ impl Source {
                     events,
                     subdirectories: None,
                     discovery: Some(result.report),
+                    parts: statuses,
                 }
             }
         }

@@ -27,6 +27,7 @@ use crate::model::Label;
 pub use crate::pipeline::fair::Pin;
 use crate::pipeline::fair::{wait, Finished, Outcome, Settings, Slot};
 use crate::pipeline::lifecycle::WriterReport;
+use crate::pipeline::part_status::PartStatus;
 use crate::pipeline::{CollectStats, Collection};
 use crate::source::link_policy::LinkPolicy;
 use crate::source::writers::WriterPolicy;
@@ -111,6 +112,8 @@ pub struct PartsCollection<K> {
     pub unreadable: Vec<(K, PathBuf)>,
     /// How each part's collection went, in the order of the parts.
     pub reports: Vec<PartReport<K>>,
+    /// Each part's labels, directories, files and writers, in the order read.
+    pub statuses: Vec<PartStatus>,
 }
 
 impl<K> Default for PartsCollection<K> {
@@ -123,6 +126,7 @@ impl<K> Default for PartsCollection<K> {
             disappeared: Vec::new(),
             unreadable: Vec::new(),
             reports: Vec::new(),
+            statuses: Vec::new(),
         }
     }
 }
@@ -301,6 +305,7 @@ impl<K: Ord + Clone> PartReaders<K> {
             let families = match outcome {
                 Outcome::Fresh(collection) => {
                     let collection = *collection;
+                    out.statuses.push(status_of(&spec, &collection));
                     for problem in &collection.problems {
                         if problem.reason.is_directory_reason() {
                             out.unreadable
@@ -326,11 +331,18 @@ impl<K: Ord + Clone> PartReaders<K> {
                 }
                 Outcome::Late(last) => {
                     report.late = Some(last.is_some());
-                    last.unwrap_or_default()
+                    let families = last.unwrap_or_default();
+                    let mut status = status_of(&spec, &Collection::default());
+                    status.samples = families.iter().map(|f| f.samples.len()).sum();
+                    out.statuses.push(status);
+                    families
                 }
                 Outcome::OverFiles(files) => {
                     report.files = files;
                     report.capped = Some(Capped::Files(files));
+                    let mut status = status_of(&spec, &Collection::default());
+                    status.files_listed = files;
+                    out.statuses.push(status);
                     Vec::new()
                 }
             };
@@ -380,6 +392,28 @@ fn shown(mut problem: Problem, shown_as: &[(PathBuf, PathBuf)]) -> Problem {
         }
     }
     problem
+}
+
+/// A part's [`PartStatus`]: its directories as [`PartSpec::shown_as`] shows
+/// them.
+fn status_of<K>(spec: &PartSpec<K>, collection: &Collection) -> PartStatus {
+    let directories = spec
+        .inputs
+        .iter()
+        .map(|input| {
+            let path = input.path();
+            spec.shown_as
+                .iter()
+                .find(|(from, _)| from == path)
+                .map_or_else(|| path.to_path_buf(), |(_, to)| to.clone())
+        })
+        .collect();
+    PartStatus::of(
+        spec.name.clone(),
+        spec.labels.clone(),
+        directories,
+        collection,
+    )
 }
 
 /// Adds one part's statistics.

@@ -67,6 +67,8 @@ pub struct SubdirectoryCollection {
     /// Subdirectories left out because an earlier parent has one of the same
     /// name (their samples would be indistinguishable).
     pub duplicates: Vec<PathBuf>,
+    /// Each subdirectory's labels, files and writers.
+    pub statuses: Vec<crate::pipeline::part_status::PartStatus>,
 }
 
 impl SubdirectoryReader {
@@ -177,6 +179,7 @@ impl SubdirectoryReader {
         out.writer_conflicts = parts.writer_conflicts;
         out.appeared = parts.appeared;
         out.disappeared = parts.disappeared;
+        out.statuses = parts.statuses;
         out
     }
 }

@@ -19,6 +19,8 @@ use crate::model::MetricFamily;
 use crate::pipeline::Gathered;
 use crate::transform::restrict;
 
+use super::parts_status::{dropped_of, parts_of, Dropped, DroppedJson, PartJson};
+
 /// What the last collection found, for `/api/v1/status`.
 #[derive(Debug, Clone, Default, Serialize)]
 pub(crate) struct LastCollection {
@@ -45,6 +47,13 @@ pub(crate) struct LastCollection {
     pub(crate) writers_unknown: usize,
     /// What was left out and why.
     pub(crate) problems: Vec<ProblemJson>,
+    /// With subdirectories or `--discover.processes`: every part (pod,
+    /// directory) read, with its labels, directories, files and writers.
+    pub(crate) parts: Vec<PartJson>,
+    /// Discovered directories dropped by this collection's scans (kept by
+    /// [`Insight`] for a few minutes, served as the status's `dropped`).
+    #[serde(skip)]
+    pub(crate) dropped: Vec<DroppedJson>,
 }
 
 /// One problem of [`LastCollection`].
@@ -90,6 +99,8 @@ impl LastCollection {
                     message: p.reason.to_string(),
                 })
                 .collect(),
+            parts: parts_of(gathered),
+            dropped: dropped_of(gathered, at),
         }
     }
 }
@@ -99,6 +110,7 @@ impl LastCollection {
 pub(crate) struct Insight {
     history: Mutex<History>,
     last: Mutex<Option<LastCollection>>,
+    dropped: Mutex<Dropped>,
 }
 
 /// Seconds since the Unix epoch.
@@ -110,7 +122,12 @@ pub(crate) fn unix_now() -> f64 {
 
 impl Insight {
     /// Records a collection: its curated numbers and its status.
-    pub(crate) fn record(&self, point: Point, last: LastCollection) {
+    pub(crate) fn record(&self, point: Point, mut last: LastCollection) {
+        let dropped = std::mem::take(&mut last.dropped);
+        self.dropped
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .add(dropped, last.at);
         self.history
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -124,6 +141,14 @@ impl Insight {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .summary()
+    }
+
+    /// The directories dropped in the last few minutes.
+    pub(crate) fn dropped(&self) -> Vec<DroppedJson> {
+        self.dropped
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .list()
     }
 
     /// The last collection's status, if there was one.
@@ -185,6 +210,7 @@ pub(crate) fn answer(
             "version": env!("CARGO_PKG_VERSION"),
             "directories": dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>(),
             "last": insight.last(),
+            "dropped": insight.dropped(),
         }),
     };
     let mut body = value.to_string().into_bytes();

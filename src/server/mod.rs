@@ -23,9 +23,12 @@
 
 mod api;
 mod discover;
+mod html;
 mod http;
+mod parts_status;
 mod scrape;
 mod status_page;
+mod status_pods;
 mod telemetry;
 
 use crate::server::telemetry::operational::ConfigReload;
@@ -553,6 +556,8 @@ pub async fn serve(settings: ServeSettings) -> ExitCode {
             .map(|p| p.display().to_string())
             .unwrap_or_default()
     };
+    let nofile = crate::source::descriptors::limit_at_start();
+    let limit_text = |v: Option<u64>| v.map_or_else(|| "unlimited".to_owned(), |v| v.to_string());
     tracing::info!(
         version = crate::build_info::VERSION,
         revision = crate::build_info::REVISION,
@@ -567,6 +572,9 @@ pub async fn serve(settings: ServeSettings) -> ExitCode {
         tls = web.tls_enabled(),
         basic_auth = !web.current().users.is_empty(),
         discover_processes = discovery.is_some(),
+        nofile_soft = %limit_text(nofile.soft),
+        nofile_hard = %limit_text(nofile.hard),
+        nofile_raised_from = %if nofile.raised() { limit_text(nofile.before) } else { String::new() },
         "Starting multiproc-exporter."
     );
     if let Some(options) = &discovery {

@@ -81,6 +81,9 @@ pub(crate) struct Scraper {
     last_render_nanos: AtomicU64,
     /// The curated history and the last collection's status.
     insight: Insight,
+    /// The labels that tell the parts apart: the vLLM numbers are kept per
+    /// part (pod) and model.
+    group_by: Vec<Arc<str>>,
     /// The configuration's upstreams: fetched with every collection.
     upstreams: Upstreams,
 }
@@ -290,6 +293,7 @@ impl Scraper {
         Self {
             reads_subdirectories: source.reads_subdirectories(),
             discovers: source.discovers(),
+            group_by: source.part_label_names(),
             state: Mutex::new(ScrapeState {
                 source: source
                     .with_memory_budget(memory_budget)
@@ -591,7 +595,7 @@ impl Scraper {
         let merged = std::mem::take(&mut gathered.collection.families);
         let merged = self.upstreams.finish(pending, merged);
         // vLLM's curated numbers, from vLLM's own names.
-        let point = Point::of(&merged, now);
+        let point = Point::grouped(&merged, now, &self.group_by);
         let (families, collisions) = pipeline::transform(config, merged);
         self.insight.record(
             point.clone(),

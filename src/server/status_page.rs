@@ -17,22 +17,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use super::api::LastCollection;
-
-/// Escapes text for HTML element content and attribute values.
-pub(crate) fn html_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+use super::html::html_escape;
 
 /// The page, with the generic part of `last` rendered.
 pub(crate) fn page(
@@ -50,6 +35,9 @@ pub(crate) fn page(
             html_escape(&dir.display().to_string())
         );
     }
+    let pods = super::status_pods::section(last.map(|l| l.parts.as_slice()).unwrap_or(&[]));
+    let pods_style = super::status_pods::STYLE;
+    let pods_script = super::status_pods::SCRIPT;
     let generic = last
         .map(generic_html)
         .unwrap_or_else(|| "<p>No collection yet.</p>".to_owned());
@@ -61,16 +49,18 @@ pub(crate) fn page(
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>multiproc-exporter</title>
 <link rel="icon" href="data:,">
-<style>{STYLE}</style>
+<style>{STYLE}{pods_style}</style>
 </head>
 <body>
 <header><h1>multiproc-exporter</h1><span class="muted">version {version}</span>
 <nav><a href="{path}">Metrics</a> · <a href="/api/v1/snapshot">Snapshot (JSON)</a> · <a href="/api/v1/summary">Summary (JSON)</a> · <a href="/-/healthy">Health</a> · <a href="/-/ready">Readiness</a></nav></header>
 <section><h2>Directories</h2><ul id="directories">{directories}</ul>
 <div id="generic">{generic}</div></section>
-<section><h2>vLLM</h2><p class="muted">Per model; rates and averages between collections, a counter reset skips its interval. The last 15 minutes.</p>
+{pods}
+<section><h2>vLLM</h2><p class="muted">Per model (and pod); rates and averages between collections, a counter reset skips its interval. The last 15 minutes.</p>
+<select id="pod-filter" class="pod-filter" aria-label="Pod" hidden></select>
 <div id="models"><p class="muted">Waiting for two collections…</p></div></section>
-<script>{SCRIPT}</script>
+<script>{pods_script}{SCRIPT}</script>
 </body>
 </html>
 "##
@@ -201,9 +191,11 @@ function svgChart(points, chart, model) {
   const top = '<text x="' + (w - pad) + '" y="12" text-anchor="end" font-size="10" fill="#6e6e73">' + esc(fmt(max, chart)) + '</text>';
   return {svg: '<svg viewBox="0 0 ' + w + ' ' + h + '" preserveAspectRatio="none" data-points="' + dots + '">' + top + paths + '</svg>', dots};
 }
+let lastSummary = null;
 function renderModels(summary) {
+  lastSummary = summary;
   const box = document.getElementById('models');
-  const models = Object.keys(summary.models);
+  const models = chartKeys(summary);
   if (models.length === 0) {
     box.innerHTML = '<p class="muted">No vLLM metrics in these directories: nothing to chart.</p>';
     return;
@@ -217,7 +209,7 @@ function renderModels(summary) {
       return '<div class="chart" data-chart="' + esc(chart.title) + '"><h4>' + esc(chart.title) + '</h4>' + svg +
         '<div class="legend">' + legend + '</div></div>';
     }).join('');
-    return '<h3 data-model="' + esc(model) + '">' + esc(model || '(no model_name)') + '</h3><div class="charts">' + charts + '</div>';
+    return '<h3 data-model="' + esc(model) + '">' + esc(chartTitle(summary, model)) + '</h3><div class="charts">' + charts + '</div>';
   }).join('');
 }
 async function refresh() {
@@ -227,6 +219,7 @@ async function refresh() {
       fetch('/api/v1/summary', {cache: 'no-store'}).then(r => r.ok ? r.json() : Promise.reject(r.status)),
     ]);
     if (status.last) renderGeneric(status.last);
+    renderParts(status);
     renderModels(summary);
   } catch (e) {
     const box = document.getElementById('models');

@@ -45,6 +45,21 @@ impl NofileLimit {
 /// descriptors cannot be unlimited); returns the limit it runs with and, if
 /// the raise failed, why (the limit is then unchanged).
 pub fn raise_nofile_limit() -> (NofileLimit, Option<io::Error>) {
+    let (limit, error) = raise();
+    let _ = AT_START.set(limit);
+    (limit, error)
+}
+
+/// The limit [`raise_nofile_limit`] left the process with, if it ran.
+static AT_START: std::sync::OnceLock<NofileLimit> = std::sync::OnceLock::new();
+
+/// The limit the process runs with since [`raise_nofile_limit`] (the current
+/// one if it never ran), for the start-up log line.
+pub fn limit_at_start() -> NofileLimit {
+    AT_START.get().copied().unwrap_or_else(NofileLimit::current)
+}
+
+fn raise() -> (NofileLimit, Option<io::Error>) {
     use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
     let limit = getrlimit(Resource::Nofile);
     let target = limit.maximum.or_else(nr_open);

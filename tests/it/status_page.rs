@@ -36,25 +36,15 @@ impl Drop for Demo {
 }
 
 fn demo() -> Demo {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-        .port();
-    let child = Command::new(env!("CARGO_BIN_EXE_multiproc-exporter"))
-        .args(["demo", "--demo.tick-ms", "200"])
-        .args(["--web.listen-address", &format!("127.0.0.1:{port}")])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start demo");
-    let base = format!("http://127.0.0.1:{port}");
+    let demo = demo_in(None);
+    let base = &demo.base;
+    let port = base.rsplit(':').next().unwrap().parse::<u16>().unwrap();
     wait_for("the demo to serve vLLM metrics", || {
         std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
         let body = String::from_utf8(get(&format!("{base}/metrics"), &[]).body).ok()?;
         body.contains("vllm:generation_tokens_total").then_some(())
     });
-    Demo { child, base }
+    demo
 }
 
 /// The text of the element with `id` in the page's DOM.
@@ -203,4 +193,110 @@ fn the_status_page_names_a_bad_file_behind_basic_auth() {
         "{}",
         page.dom
     );
+}
+
+/// `multiproc-exporter demo` (writing `dir`, if given), on a port of its own.
+fn demo_in(dir: Option<&std::path::Path>) -> Demo {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_multiproc-exporter"));
+    command.args(["demo", "--demo.tick-ms", "200"]);
+    if let Some(dir) = dir {
+        command.arg("--demo.dir").arg(dir);
+    }
+    let child = command
+        .args(["--web.listen-address", &format!("127.0.0.1:{port}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start demo");
+    Demo {
+        child,
+        base: format!("http://127.0.0.1:{port}"),
+    }
+}
+
+#[test]
+fn the_status_page_of_a_daemonset_shows_every_pod_and_charts_each() {
+    let Some(chromium) = chromium() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let parent = tmp.path().join("pods");
+    let (a, b) = (parent.join("llm_vllm-a"), parent.join("llm_vllm-b"));
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::create_dir_all(&b).unwrap();
+    let _demos = [demo_in(Some(&a)), demo_in(Some(&b))];
+    let exporter = Exporter::start(&[
+        "--dir",
+        parent.to_str().unwrap(),
+        "--dir.subdirectories-label",
+        "vllm_pod",
+    ]);
+    let status = wait_for("both pods on /api/v1/status", || {
+        let status: Json =
+            serde_json::from_slice(&get(&format!("{}/api/v1/status", exporter.base), &[]).body)
+                .ok()?;
+        let parts = status["last"]["parts"].as_array()?;
+        let served = |pod: &str| {
+            parts
+                .iter()
+                .any(|p| p["labels"]["vllm_pod"] == pod && p["files_merged"].as_u64() > Some(0))
+        };
+        (served("llm_vllm-a") && served("llm_vllm-b")).then_some(status)
+    });
+    let part = &status["last"]["parts"][0];
+    assert_eq!(part["directories"][0]["dir"], a.to_str().unwrap(), "{part}");
+    assert_eq!(part["directories"][0]["state"], Json::Null, "{part}");
+
+    let shot = screenshot("status-page-daemonset.png");
+    let page = load(
+        &chromium,
+        &format!("{}/", exporter.base),
+        Duration::from_secs(7),
+        Some(&shot),
+    );
+    assert_no_errors(&page);
+    for pod in ["llm_vllm-a", "llm_vllm-b"] {
+        for wanted in [
+            format!("<tr data-part=\"{pod}\">"),
+            format!("<option value=\"{pod}\">"),
+            format!("{pod} · meta-llama/Llama-3.1-8B-Instruct"),
+        ] {
+            assert!(page.dom.contains(&wanted), "no {wanted}: {}", page.dom);
+        }
+    }
+    // Six charts per pod, each with points.
+    let points = chart_points(&page);
+    assert_eq!(points.len(), 12, "{points:?}");
+    assert!(points[0] >= 2 && points[6] >= 2, "{points:?}");
+
+    // The summary: a key per pod and model, with its labels.
+    let summary: Json =
+        serde_json::from_slice(&get(&format!("{}/api/v1/summary", exporter.base), &[]).body)
+            .unwrap();
+    let key = "vllm_pod=\"llm_vllm-a\",model_name=\"meta-llama/Llama-3.1-8B-Instruct\"";
+    assert!(summary["models"][key].is_object(), "{summary}");
+    assert_eq!(
+        summary["groups"][key]["vllm_pod"], "llm_vllm-a",
+        "{summary}"
+    );
+}
+
+#[test]
+fn a_single_directory_hides_the_pods_section() {
+    let tmp = tempfile::tempdir().unwrap();
+    write_counter(tmp.path(), "1", 1.0);
+    let exporter = Exporter::start(&["--dir", tmp.path().to_str().unwrap()]);
+    let page = String::from_utf8(get(&format!("{}/", exporter.base), &[]).body).unwrap();
+    assert!(
+        page.contains("<section id=\"pods-section\" hidden>"),
+        "{page}"
+    );
+    let status: Json =
+        serde_json::from_slice(&get(&format!("{}/api/v1/status", exporter.base), &[]).body)
+            .unwrap();
+    assert_eq!(status["last"]["parts"], serde_json::json!([]), "{status}");
+    assert_eq!(status["dropped"], serde_json::json!([]), "{status}");
 }

@@ -43,6 +43,20 @@ impl CgroupOwner {
     pub fn is_container(&self) -> bool {
         self.pod_uid.is_some() || self.container_id.is_some()
     }
+
+    /// The systemd service the path's last segment names
+    /// (`/system.slice/gunicorn.service` → `gunicorn.service`; a user's
+    /// `…/user@1000.service/app.slice/api.service` → `api.service`), outside
+    /// a pod or a container. A scope (a login session, a terminal, a
+    /// container) or a slice is no service: `None`.
+    pub fn systemd_unit(&self) -> Option<&str> {
+        if self.is_container() {
+            return None;
+        }
+        let last = self.path.rsplit('/').find(|s| !s.is_empty())?;
+        let name = last.strip_suffix(".service")?;
+        (!name.is_empty()).then_some(last)
+    }
 }
 
 /// Reads and parses `cgroup` of the process directory `dir` (`/proc/<pid>`).
@@ -316,6 +330,35 @@ mod tests {
         let o = parse(plain).unwrap();
         assert!(!o.is_container(), "{o:?}");
         assert_eq!(o.path, "/");
+    }
+
+    #[test]
+    fn a_systemd_service_is_its_unit_and_a_scope_is_none() {
+        let unit = |text: &str| parse(text).and_then(|o| o.systemd_unit().map(str::to_owned));
+        assert_eq!(
+            unit("0::/system.slice/gunicorn.service\n").as_deref(),
+            Some("gunicorn.service")
+        );
+        assert_eq!(
+            unit("0::/user.slice/user-1000.slice/user@1000.service/app.slice/api.service\n")
+                .as_deref(),
+            Some("api.service")
+        );
+        assert_eq!(
+            unit("12:pids:/system.slice/web.service\n1:name=systemd:/system.slice/web.service\n")
+                .as_deref(),
+            Some("web.service")
+        );
+        for none in [
+            "0::/user.slice/user-1000.slice/session-3.scope\n",
+            "0::/system.slice\n",
+            "0::/\n",
+            "0::/system.slice/.service\n",
+            &format!("0::/system.slice/docker-{CID}.scope\n"),
+            &format!("0::/kubepods/burstable/pod{UID}/{CID}\n"),
+        ] {
+            assert_eq!(unit(none), None, "{none}");
+        }
     }
 
     #[test]

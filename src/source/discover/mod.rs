@@ -44,9 +44,12 @@
 //!
 //! Labels outside Kubernetes (no pod UID in the cgroup, or no pod log
 //! directory): the container ID when the cgroup names one (Docker, Podman),
-//! else the owner's command name ([`scan::Holder::command`]). Inside, a
-//! container whose name the log tree does not decide (several containers and
-//! no kubelet link for its ID) is named by its ID.
+//! else the systemd service it names ([`cgroup::CgroupOwner::systemd_unit`]),
+//! else the owner's command name ([`scan::Holder::command`]), each with the
+//! directory's path so that two directories never share labels
+//! (`crate::pipeline::discovered_labels`). Inside, a container whose name the
+//! log tree does not decide (several containers and no kubelet link for its
+//! ID) is named by its ID.
 //!
 //! Symbolic links: reading through `/proc/self/fd/<n>`
 //! ([`retain::KeptDir::path`]) or `/proc/<pid>/root/<dir>`, the directory's

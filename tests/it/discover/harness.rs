@@ -169,6 +169,18 @@ impl Drop for FakeCgroup {
     }
 }
 
+/// Skips (or fails under `CI=true`) when cgroups cannot be made.
+pub(super) fn or_skip<T>(made: Option<T>) -> Option<T> {
+    if made.is_none() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "cannot make cgroups in /sys/fs/cgroup in CI"
+        );
+        eprintln!("skipping: cannot make cgroups in /sys/fs/cgroup");
+    }
+    made
+}
+
 /// A fake pod's sandbox: `unshare -m -p -f` with a private `tmpfs` at the
 /// metrics directory, its pid 1 sleeping (killed, with every process of its
 /// pid namespace, on drop).

@@ -153,6 +153,7 @@ fn a_pod_holding_1500_directories_under_1024_descriptors_is_capped_and_the_other
     if !privileged() || support::tool("prlimit").is_none() {
         return;
     }
+    let _alone = super::machine_wide();
     let Some(python) = python() else { return };
     let work = Work::new();
     let ns = "disc-hostile";
@@ -190,10 +191,10 @@ fn a_pod_holding_1500_directories_under_1024_descriptors_is_capped_and_the_other
         &launch,
     );
     let limit = exporter
-        .find_log("File descriptor limit (RLIMIT_NOFILE).")
-        .expect("the limit logged");
+        .find_log("Starting multiproc-exporter.")
+        .expect("the start logged");
     assert_eq!(
-        (limit["soft"].as_str(), limit["hard"].as_str()),
+        (limit["nofile_soft"].as_str(), limit["nofile_hard"].as_str()),
         (Some("1024"), Some("1024"))
     );
     let text = scrape_within(&exporter, timeout);
@@ -301,6 +302,7 @@ fn a_pod_with_4000_directories_does_not_hold_up_the_scrape_of_the_others() {
     if !privileged() {
         return;
     }
+    let _alone = super::machine_wide();
     let Some(python) = python() else { return };
     let work = Work::new();
     let ns = "disc-many";

@@ -19,8 +19,9 @@
 //!   on;
 //! * the scan's cost over 500 processes each holding two files.
 //!
-//! `serve --discover.processes` end to end is [`serve`]'s, and the
-//! capabilities it needs [`privileges`]'.
+//! `serve --discover.processes` end to end is [`serve`]'s, what an operator
+//! sees of it (status page, API, `dump`) and the labels outside Kubernetes
+//! [`status`]', and the capabilities it needs [`privileges`]'.
 //!
 //! Skipped, with a notice, when not root, except under `CI=true`, where that
 //! is a failure.
@@ -29,6 +30,7 @@ mod harness;
 mod hostile;
 mod privileges;
 mod serve;
+mod status;
 
 use std::io::{BufRead as _, BufReader};
 use std::os::unix::fs::MetadataExt as _;
@@ -42,6 +44,18 @@ use multiproc_exporter::source::discover::{
 
 use crate::support::{self, python, wait_for};
 use harness::*;
+
+/// Held by the tests that load the whole machine (hundreds of processes or
+/// thousands of directories), so that two of them never run at once: each
+/// bounds what the exporter costs, which another such test beside it would
+/// decide instead.
+static MACHINE_WIDE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Takes [`MACHINE_WIDE`] (a test that panicked while holding it does not
+/// stop the others).
+fn machine_wide() -> std::sync::MutexGuard<'static, ()> {
+    MACHINE_WIDE.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 #[test]
 fn two_pods_with_the_same_path_and_pid_are_two_targets_kept_while_their_pod_exists() {
@@ -392,6 +406,7 @@ fn the_scan_costs_little_with_500_processes_holding_files() {
     if !privileged() {
         return;
     }
+    let _alone = machine_wide();
     const PROCESSES: usize = 500;
     let work = tempfile::tempdir().unwrap();
     let held = |found: &Scan, expected_files: usize| {
