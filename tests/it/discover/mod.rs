@@ -45,16 +45,24 @@ use multiproc_exporter::source::discover::{
 use crate::support::{self, python, wait_for};
 use harness::*;
 
-/// Held by the tests that load the whole machine (hundreds of processes or
-/// thousands of directories), so that two of them never run at once: each
-/// bounds what the exporter costs, which another such test beside it would
-/// decide instead.
-static MACHINE_WIDE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// Every agent a test runs scans the whole machine's `/proc`, so it sees the
+/// other tests' processes too. The tests that load the machine (hundreds of
+/// processes, thousands of directories) hold this lock alone
+/// ([`machine_wide`]): each bounds what the exporter costs, or what it
+/// serves, which such a test beside it would decide instead. The others
+/// share it ([`beside_others`]).
+static MACHINE: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
-/// Takes [`MACHINE_WIDE`] (a test that panicked while holding it does not
-/// stop the others).
-fn machine_wide() -> std::sync::MutexGuard<'static, ()> {
-    MACHINE_WIDE.lock().unwrap_or_else(|e| e.into_inner())
+/// Runs alone among the discovery tests (a test that panicked while holding
+/// the lock does not stop the others).
+fn machine_wide() -> std::sync::RwLockWriteGuard<'static, ()> {
+    MACHINE.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs beside the other ordinary discovery tests, never beside a
+/// [`machine_wide`] one.
+fn beside_others() -> std::sync::RwLockReadGuard<'static, ()> {
+    MACHINE.read().unwrap_or_else(|e| e.into_inner())
 }
 
 #[test]
@@ -62,6 +70,7 @@ fn two_pods_with_the_same_path_and_pid_are_two_targets_kept_while_their_pod_exis
     if !privileged() {
         return;
     }
+    let _beside = beside_others();
     let Some(python) = python() else { return };
     let work = tempfile::tempdir().unwrap();
     let metrics = work.path().join("metrics");
@@ -249,6 +258,7 @@ fn a_kept_emptydir_outlives_its_pods_namespace_without_holding_the_hosts_mount()
     if !privileged() {
         return;
     }
+    let _beside = beside_others();
     let Some(python) = python() else { return };
     let work = tempfile::tempdir().unwrap();
     let logs = work.path().join("logs");
@@ -312,6 +322,7 @@ fn unprivileged_scan_helper() {
     if std::env::var_os("MPE_DISCOVER_HELPER").is_none() {
         return;
     }
+    let _beside = beside_others();
     let found = scan();
     println!(
         "scan processes={} unreadable={} sightings={}",
@@ -326,6 +337,7 @@ fn a_scan_without_privileges_counts_what_it_cannot_read() {
     if !privileged() {
         return;
     }
+    let _beside = beside_others();
     if support::tool("setpriv").is_none() {
         return;
     }

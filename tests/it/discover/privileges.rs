@@ -37,6 +37,7 @@ fn discovery_needs_cap_sys_ptrace_and_cap_dac_read_search_not_root() {
     if !privileged() || support::tool("setpriv").is_none() {
         return;
     }
+    let _beside = super::beside_others();
     let Some(python) = python() else { return };
     let reachable = tempfile::tempdir().unwrap();
     let base = unprivileged_launch(reachable.path());

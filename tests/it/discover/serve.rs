@@ -268,6 +268,7 @@ fn each_pod_is_served_as_prometheus_client_merges_it_and_same_pids_stay_apart() 
     if !privileged() {
         return;
     }
+    let _beside = super::beside_others();
     let Some(python) = python() else { return };
     let work = Work::new();
     let ns = "disc-apart";
@@ -395,6 +396,7 @@ fn a_writer_started_later_in_a_pod_is_live_at_once() {
     if !privileged() {
         return;
     }
+    let _beside = super::beside_others();
     let Some(python) = python() else { return };
     let work = Work::new();
     let Some(mut pod) = work.pod(
@@ -436,6 +438,7 @@ fn a_pod_whose_writers_exit_stays_until_its_log_directory_goes() {
     if !privileged() {
         return;
     }
+    let _beside = super::beside_others();
     let Some(python) = python() else { return };
     let work = Work::new();
     let ns = "disc-gone";
@@ -524,6 +527,7 @@ fn a_directory_the_exporter_may_not_read_is_reported_and_the_others_served() {
     if !privileged() || support::tool("setpriv").is_none() {
         return;
     }
+    let _beside = super::beside_others();
     let Some(python) = python() else { return };
     let work = Work::new();
     let ns = "disc-denied";
@@ -638,6 +642,7 @@ fn the_configuration_applies_to_each_discovered_directory() {
     if !privileged() {
         return;
     }
+    let _beside = super::beside_others();
     let tmp = tempfile::tempdir().unwrap();
     let (bin, name) = named_sleep(tmp.path());
     let dir = tmp.path().join("metrics");

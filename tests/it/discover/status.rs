@@ -143,6 +143,7 @@ fn a_node_agent_shows_every_pod_on_its_status_page_api_and_dump() {
     if !privileged() {
         return;
     }
+    let _beside = super::beside_others();
     let tmp = tempfile::tempdir().unwrap();
     let logs = tmp.path().join("logs");
     std::fs::create_dir_all(logs.join("pods")).unwrap();
@@ -293,6 +294,7 @@ fn two_processes_of_one_name_writing_two_directories_are_two_label_sets() {
     if !privileged() {
         return;
     }
+    let _beside = super::beside_others();
     let tmp = tempfile::tempdir().unwrap();
     let run = hex(8);
     let Some(plain) = or_skip(plain_cgroup(&[format!("mpe-{run}")])) else {
@@ -374,6 +376,7 @@ fn one_path_in_two_mount_namespaces_is_two_label_sets() {
     if !privileged() {
         return;
     }
+    let _beside = super::beside_others();
     let Some(python) = python() else { return };
     let run = hex(8);
     let Some(cgroup) = or_skip(plain_cgroup(&[format!("mpe-{run}-ns")])) else {
