@@ -32,6 +32,7 @@ use crate::source::writers::WriterPolicy;
 use crate::source::{Input, MemoryBudget};
 use crate::transform::combine::Conflict;
 use crate::transform::config::Config;
+use crate::transform::views::SourceFilter;
 use crate::transform::{self, Collision};
 use discovered::{DiscoverOptions, DiscoveredReader, DiscoveryReport};
 use subdirectories::SubdirectoryReader;
@@ -182,6 +183,38 @@ impl Source {
             Kind::Subdirectories(reader) => reader.set_per_writer(config),
             Kind::Discovered(reader) => reader.set_per_writer(config),
         }
+    }
+
+    /// A source for a view: the same inputs, links, memory budget and
+    /// writers' liveness, reading only the records of the families `filter`
+    /// keeps (values loaded, merged and served only for them), with the
+    /// writers' `process_*` families only if `process_metrics` (and the
+    /// policy) says so, and never compacting (the source the view is cut
+    /// from does). `None` for subdirectories and discovered directories
+    /// (a view is then cut from a whole collection).
+    pub fn view(&self, filter: SourceFilter, process_metrics: bool) -> Option<Self> {
+        if !matches!(self.kind, Kind::Inputs(_)) {
+            return None;
+        }
+        let mut collector = Collector::with_link_policy(self.link_policy);
+        collector.set_key_filter(Some(filter));
+        let writer_policy = WriterPolicy {
+            process_metrics: self.writer_policy.process_metrics && process_metrics,
+            compact_dead: false,
+            ..self.writer_policy
+        };
+        let source = Self {
+            inputs: self.inputs.clone(),
+            link_policy: self.link_policy,
+            memory_budget: None,
+            writer_policy: WriterPolicy::exact(),
+            kind: Kind::Inputs(Box::new(collector)),
+        };
+        Some(
+            source
+                .with_memory_budget(self.memory_budget.clone())
+                .with_writer_policy(writer_policy),
+        )
     }
 
     /// The inputs.

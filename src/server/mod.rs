@@ -26,6 +26,7 @@ mod http;
 mod scrape;
 mod status_page;
 mod telemetry;
+mod views;
 
 use crate::server::telemetry::operational::ConfigReload;
 use http::{limits, listen};
@@ -54,6 +55,7 @@ use crate::transform::config::{Config, ConfigError};
 
 pub use listen::DEFAULT_LISTEN_ADDRESS;
 pub use telemetry::logging::{init as init_logging, LogFormat, LogLevel};
+pub use views::view_clash;
 pub use web_config::{HttpServerConfig, TlsServerConfig, WebConfigFile};
 
 /// What triggered a configuration reload.
@@ -87,6 +89,8 @@ pub(crate) struct Shared {
     config: RwLock<Arc<Config>>,
     config_seen: Mutex<Option<Seen>>,
     scraper: scrape::Scraper,
+    /// The views' sources and last answers.
+    views: views::Views,
     pub(crate) self_metrics: self_metrics::SelfMetrics,
 }
 
@@ -165,6 +169,7 @@ impl AppState {
         };
         Self(Arc::new(Shared {
             scraper,
+            views: views::Views::default(),
             dirs: settings.dirs,
             telemetry_path: settings.telemetry_path,
             exporter_metrics: settings.exporter_metrics,
@@ -233,6 +238,10 @@ impl Shared {
             Some(conflict) if self.compacting => Err(ConfigError::Syntax(conflict.to_owned())),
             _ => Ok(config),
         });
+        let loaded = loaded.and_then(|config| match view_clash(&self.telemetry_path, &config) {
+            Some(clash) => Err(clash),
+            None => Ok(config),
+        });
         match loaded {
             Ok(config) => {
                 let changed = *self.config() != config;
@@ -299,8 +308,14 @@ async fn dispatch(
     let is_metrics = path == state.0.telemetry_path;
     let is_landing = path == "/" && !is_metrics;
     let endpoint = (!is_metrics).then(|| api::Endpoint::of(path)).flatten();
+    let mut view = None;
     if !is_metrics && !is_landing && endpoint.is_none() {
-        return (StatusCode::NOT_FOUND, "404 page not found\n").into_response();
+        let config = state.0.config();
+        match crate::transform::views::view_of(&config.views, &state.0.telemetry_path, path) {
+            Ok(Some(found)) => view = Some(found.clone()),
+            Ok(None) => return (StatusCode::NOT_FOUND, "404 page not found\n").into_response(),
+            Err(()) => return views::unknown_view(&state.0.telemetry_path, &config),
+        }
     }
     if method != Method::GET && method != Method::HEAD {
         let mut response =
@@ -316,7 +331,7 @@ async fn dispatch(
     if let Some(endpoint) = endpoint {
         return api_json(state, endpoint, query).await;
     }
-    metrics(state, &headers, query.as_deref()).await
+    metrics(state, &headers, query.as_deref(), view).await
 }
 
 /// Prometheus's `X-Prometheus-Scrape-Timeout-Seconds`, when it is a
@@ -343,25 +358,42 @@ fn joined(headers: &HeaderMap, name: header::HeaderName) -> Option<String> {
     (!values.is_empty()).then(|| values.join(","))
 }
 
-async fn metrics(state: AppState, headers: &HeaderMap, query: Option<&str>) -> Response {
+/// The metrics path, or a view's (whose query is ignored).
+async fn metrics(
+    state: AppState,
+    headers: &HeaderMap,
+    query: Option<&str>,
+    view: Option<crate::transform::views::View>,
+) -> Response {
     let accept = joined(headers, header::ACCEPT);
     let negotiated = negotiate(accept.as_deref(), state.0.negotiation, state.0.openmetrics);
     let gzip = gzip_accepted(joined(headers, header::ACCEPT_ENCODING).as_deref());
     let request = scrape::Request {
         format: negotiated.format,
         escaping: negotiated.escaping,
-        names: name_params(query),
+        names: view.is_none().then(|| name_params(query)).flatten(),
         gzip,
         scrape_timeout: scrape_timeout(headers),
     };
     let shared = state.0.clone();
-    let scrape = move || {
-        let config = shared.config();
-        let self_metrics = shared.exporter_metrics.then_some(&shared.self_metrics);
-        shared.scraper.render(&request, &config, self_metrics)
-    };
+    let config = state.0.config();
     // Upstreams are waited for with a blocking receive: never on a worker.
-    let inline = state.0.scraper.is_quick() && state.0.config().upstreams.is_empty();
+    let inline = config.upstreams.is_empty()
+        && match &view {
+            Some(view) => state.0.views.is_quick(&view.name, &config),
+            None => state.0.scraper.is_quick(),
+        };
+    let scrape = move || {
+        let self_metrics = shared.exporter_metrics.then_some(&shared.self_metrics);
+        match &view {
+            Some(view) => {
+                shared
+                    .views
+                    .render(&shared.scraper, view, &request, &config, self_metrics)
+            }
+            None => shared.scraper.render(&request, &config, self_metrics),
+        }
+    };
     let body = if inline {
         // A few milliseconds at most last time: cheaper here than a
         // hand-over to the blocking pool (two thread wake-ups).
@@ -400,11 +432,12 @@ async fn status(state: AppState) -> Response {
     let shared = state.0.clone();
     let html = tokio::task::spawn_blocking(move || {
         shared.collect_now();
-        status_page::page(
+        let page = status_page::page(
             &shared.telemetry_path,
             &shared.dirs,
             shared.scraper.insight().last().as_ref(),
-        )
+        );
+        status_page::with_views(page, &shared.telemetry_path, &shared.config().views)
     })
     .await
     .unwrap_or_else(|e| {
