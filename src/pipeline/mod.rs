@@ -382,3 +382,50 @@ pub fn render(
         None => encode(families, format, escaping),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::file_name::GaugeMode;
+    use crate::format::writer::ProcessWriter;
+    use crate::transform::views::View;
+
+    #[test]
+    fn a_views_source_reads_and_merges_only_the_views_records() {
+        let dir = tempfile::tempdir().unwrap();
+        for pid in [1, 2] {
+            let mut writer = ProcessWriter::new(dir.path(), pid);
+            let waiting = writer
+                .gauge(
+                    "vllm:num_requests_waiting",
+                    "W.",
+                    &[],
+                    GaugeMode::MostRecent,
+                )
+                .unwrap();
+            waiting.set(&mut writer, f64::from(pid)).unwrap();
+            for i in 0..10 {
+                let tokens = writer
+                    .counter("vllm:prompt_tokens", "T.", &[("i", &i.to_string())])
+                    .unwrap();
+                tokens.inc(&mut writer, 1.0).unwrap();
+            }
+        }
+        let inputs = vec![Input::Directory(dir.path().to_path_buf())];
+        let mut whole = Source::new(inputs, None, LinkPolicy::default());
+        let config = Config::default();
+        let view = View::endpoint_picker(config.naming);
+        let mut restricted = whole.view(view.source_filter(&config), false).unwrap();
+        let all = whole.collect().collection;
+        let only = restricted.collect().collection;
+        assert_eq!(all.stats.records, 22);
+        assert_eq!(only.stats.records, 2, "the counters' records are not read");
+        assert_eq!(only.stats.files_merged, all.stats.files_merged);
+        // What it merged is the view's families cut from the whole merge.
+        let cut = view.cut(&all.families);
+        assert_eq!(only.families, cut);
+        // Unchanged: the merge is skipped, as for the whole source.
+        let again = restricted.collect_since(Some(only.merged_id)).collection;
+        assert!(again.unchanged);
+    }
+}
