@@ -311,10 +311,13 @@ async fn dispatch(
     let mut view = None;
     if !is_metrics && !is_landing && endpoint.is_none() {
         let config = state.0.config();
-        match crate::transform::views::view_of(&config.views, &state.0.telemetry_path, path) {
-            Ok(Some(found)) => view = Some(found.clone()),
-            Ok(None) => return (StatusCode::NOT_FOUND, "404 page not found\n").into_response(),
-            Err(()) => return views::unknown_view(&state.0.telemetry_path, &config),
+        use crate::transform::views::{view_of, ViewPath};
+        match view_of(&config.views, &state.0.telemetry_path, path) {
+            ViewPath::View(found) => view = Some(found.clone()),
+            ViewPath::Elsewhere => {
+                return (StatusCode::NOT_FOUND, "404 page not found\n").into_response()
+            }
+            ViewPath::Unknown => return views::unknown_view(&state.0.telemetry_path, &config),
         }
     }
     if method != Method::GET && method != Method::HEAD {
@@ -377,6 +380,14 @@ async fn metrics(
     };
     let shared = state.0.clone();
     let config = state.0.config();
+    // A `?name[]=` request reads only the families of its samples, as a
+    // view of them (with upstreams, everything is collected anyway).
+    let view = match (view, &request.names) {
+        (None, Some(names)) if config.upstreams.is_empty() => {
+            Some(crate::transform::views::View::of_sample_names(names))
+        }
+        (view, _) => view,
+    };
     // Upstreams are waited for with a blocking receive: never on a worker.
     let inline = config.upstreams.is_empty()
         && match &view {
@@ -846,5 +857,37 @@ mod tests {
             .read_to_end(&mut out)
             .unwrap();
         assert_eq!(out, data);
+    }
+
+    #[tokio::test]
+    async fn views_are_served_listed_and_an_unknown_one_names_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = crate::format::writer::ProcessWriter::new(dir.path(), 1);
+        let mode = crate::format::file_name::GaugeMode::MostRecent;
+        let gauge = writer
+            .gauge("vllm:num_requests_waiting", "W.", &[], mode)
+            .unwrap();
+        gauge.set(&mut writer, 2.0).unwrap();
+        let counter = writer.counter("vllm:prompt_tokens", "T.", &[]).unwrap();
+        counter.inc(&mut writer, 1.0).unwrap();
+        let app = app(state(dir.path().to_path_buf(), true));
+        let (status, headers, body) = get_response(app.clone(), "/metrics/endpoint-picker").await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(headers.get(header::CONTENT_ENCODING).is_none());
+        assert_eq!(
+            std::str::from_utf8(&body).unwrap(),
+            "# HELP vllm:num_requests_waiting W.\n# TYPE vllm:num_requests_waiting gauge\n\
+             vllm:num_requests_waiting 2.0\n",
+            "no own metrics, no other family"
+        );
+        let (status, _, body) = get_response(app.clone(), "/metrics/nope").await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert!(String::from_utf8(body)
+            .unwrap()
+            .contains("/metrics/endpoint-picker\n"));
+        let (_, _, page) = get_response(app, "/").await;
+        assert!(String::from_utf8(page)
+            .unwrap()
+            .contains(r#"href="/metrics/endpoint-picker""#));
     }
 }

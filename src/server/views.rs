@@ -1,4 +1,6 @@
-//! Serving the views ([`crate::transform::views`]): `<telemetry path>/<name>`.
+//! Serving the views ([`crate::transform::views`]): `<telemetry path>/<name>`,
+//! and the `?name[]=` requests of the telemetry path, each answered as a view
+//! of its sample names ([`View::of_sample_names`]; the last few kept).
 //!
 //! Each view has its own source ([`crate::pipeline::Source::view`]): the
 //! same directory, links, memory budget and writers' liveness as `/metrics`,
@@ -31,11 +33,15 @@ use crate::pipeline::{self, Source};
 use crate::server::scrape::{Rendered, Request, Scraper, SharedBody, GZIP_MIN_BYTES};
 use crate::server::telemetry::self_metrics::{self, SelfMetrics};
 use crate::transform::config::{Config, ConfigError};
-use crate::transform::views::{view_path, View};
+use crate::transform::views::{view_path, Matching, View};
 
 /// View polls faster than this run on the async worker (see
 /// [`Views::is_quick`]).
 const QUICK_POLL: Duration = Duration::from_millis(3);
+
+/// The `?name[]=` queries whose own sources are kept (beyond, they start
+/// again from nothing).
+const MAX_QUERY_VIEWS: usize = 4;
 
 /// The views' state; one per server.
 #[derive(Debug, Default)]
@@ -121,9 +127,21 @@ impl Views {
             }
         }
         // Views a new configuration no longer has are dropped with their
-        // maps.
+        // maps, and so are the `?name[]=` requests' beyond the last few.
+        let queries = states
+            .values()
+            .filter(|s| {
+                s.try_lock()
+                    .is_ok_and(|s| s.view.matching == Matching::Samples)
+            })
+            .count();
         states.retain(|name, state| {
-            config.views.iter().any(|v| v.name == *name) || state.try_lock().is_err()
+            state
+                .try_lock()
+                .map_or(true, |state| match state.view.matching {
+                    Matching::Families => config.views.iter().any(|v| v.name == *name),
+                    Matching::Samples => queries < MAX_QUERY_VIEWS || *name == view.name,
+                })
         });
         let current = states
             .get(&view.name)

@@ -624,6 +624,7 @@ fn validate_views(
             name: Arc::from(name.as_str()),
             families: families.iter().map(|f| Arc::from(f.as_str())).collect(),
             builtin: false,
+            matching: Default::default(),
         });
     }
     Ok(views)

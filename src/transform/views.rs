@@ -51,7 +51,27 @@ pub struct View {
     pub families: Vec<Arc<str>>,
     /// Whether it is the built-in [`ENDPOINT_PICKER`].
     pub builtin: bool,
+    /// What its names match: families (a configured view), or sample
+    /// names (a `?name[]=` request, [`View::of_sample_names`]).
+    pub matching: Matching,
 }
+
+/// What a [`View`]'s names match.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Matching {
+    /// Family names (or the name the text format declares for a family).
+    #[default]
+    Families,
+    /// Sample names, as `?name[]=` restricts (prometheus_client's
+    /// `restricted_registry`: the samples of those names, families left
+    /// empty dropped).
+    Samples,
+}
+
+/// The suffixes a sample name may add to its family's name.
+const SAMPLE_SUFFIXES: [&str; 8] = [
+    "_total", "_created", "_bucket", "_count", "_sum", "_gcount", "_gsum", "_info",
+];
 
 /// Prefixes of the exporter's own families: a view that lists one also
 /// gets the exporter's own families it lists.
@@ -70,6 +90,18 @@ impl View {
                 })
                 .collect(),
             builtin: true,
+            matching: Matching::Families,
+        }
+    }
+
+    /// The view a `?name[]=` request asks for: the samples named `names`
+    /// (after renaming), as `/metrics?name[]=…` serves them.
+    pub fn of_sample_names(names: &[String]) -> Self {
+        Self {
+            name: format!("?name[]={}", names.join("&name[]=")).into(),
+            families: names.iter().map(|n| Arc::from(n.as_str())).collect(),
+            builtin: false,
+            matching: Matching::Samples,
         }
     }
 
@@ -83,7 +115,13 @@ impl View {
     /// The families of `families` (as `/metrics` serves them) that belong to
     /// the view, in their order.
     pub fn cut(&self, families: &[MetricFamily]) -> Vec<MetricFamily> {
-        families.iter().filter(|f| self.holds(f)).cloned().collect()
+        match self.matching {
+            Matching::Families => families.iter().filter(|f| self.holds(f)).cloned().collect(),
+            Matching::Samples => families
+                .iter()
+                .filter_map(|f| f.restricted(&self.families))
+                .collect(),
+        }
     }
 
     /// Whether the view lists one of the exporter's own families (or a
@@ -103,6 +141,7 @@ impl View {
             view: self.families.clone(),
             naming: config.naming,
             aliases: config.aliases.clone(),
+            matching: self.matching,
         }
     }
 }
@@ -113,6 +152,7 @@ pub struct SourceFilter {
     view: Vec<Arc<str>>,
     naming: Naming,
     aliases: Vec<(Arc<str>, Arc<str>)>,
+    matching: Matching,
 }
 
 impl SourceFilter {
@@ -133,10 +173,14 @@ impl SourceFilter {
                     renamed.as_str()
                 }
             };
+            let suffixes: &[&str] = match self.matching {
+                Matching::Families => &["_total", "_info"],
+                Matching::Samples => &SAMPLE_SUFFIXES,
+            };
             let listed = self.view.iter().any(|v| {
                 **v == *name
                     || v.strip_prefix(name)
-                        .is_some_and(|suffix| suffix == "_total" || suffix == "_info")
+                        .is_some_and(|suffix| suffixes.contains(&suffix))
             });
             if listed {
                 return true;
@@ -174,28 +218,33 @@ pub fn view_name_problem(name: &str) -> Option<&'static str> {
     None
 }
 
-/// The view whose path is `path`, given the telemetry path: `Ok(Some)` for a
-/// view, `Ok(None)` when `path` is not under the telemetry path (or is it),
-/// `Err(())` when it is under it but names no view.
-pub fn view_of<'a>(
-    views: &'a [View],
-    telemetry_path: &str,
-    path: &str,
-) -> Result<Option<&'a View>, ()> {
+/// What a request's path is, given the telemetry path ([`view_of`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ViewPath<'a> {
+    /// Not under the telemetry path (or the telemetry path itself).
+    Elsewhere,
+    /// The path of this view.
+    View(&'a View),
+    /// Under the telemetry path, but no view's.
+    Unknown,
+}
+
+/// What `path` is, given the views and the telemetry path.
+pub fn view_of<'a>(views: &'a [View], telemetry_path: &str, path: &str) -> ViewPath<'a> {
     let base = telemetry_path.trim_end_matches('/');
     let Some(name) = path
         .strip_prefix(base)
         .and_then(|rest| rest.strip_prefix('/'))
     else {
-        return Ok(None);
+        return ViewPath::Elsewhere;
     };
     if name.is_empty() || path == telemetry_path {
-        return Ok(None);
+        return ViewPath::Elsewhere;
     }
     match views.iter().find(|v| *v.name == *name) {
-        Some(view) => Ok(Some(view)),
-        None if telemetry_path == "/" && name.contains('/') => Ok(None),
-        None => Err(()),
+        Some(view) => ViewPath::View(view),
+        None if telemetry_path == "/" && name.contains('/') => ViewPath::Elsewhere,
+        None => ViewPath::Unknown,
     }
 }
 
@@ -249,6 +298,7 @@ mod tests {
             name: "v".into(),
             families: vec!["ray_vllm_gpu_cache_usage_perc".into(), "ray_c_total".into()],
             builtin: false,
+            matching: Matching::Families,
         };
         let filter = view.source_filter(&config);
         assert!(filter.keeps("vllm:kv_cache_usage_perc"));
@@ -260,21 +310,47 @@ mod tests {
     }
 
     #[test]
+    fn a_name_query_keeps_the_families_of_its_samples() {
+        let view = View::of_sample_names(&["h_bucket".to_owned(), "c_total".to_owned()]);
+        let filter = view.source_filter(&Config::default());
+        assert!(filter.keeps("h"));
+        assert!(filter.keeps("c"));
+        assert!(!filter.keeps("g"));
+        let families = [
+            family("c", MetricType::Counter),
+            family("g", MetricType::Gauge),
+        ];
+        // `family` names its one sample after the family: no `c_total` sample.
+        assert!(view.cut(&families).is_empty());
+        let gauge = View::of_sample_names(&["g".to_owned()]);
+        assert_eq!(gauge.cut(&families), vec![families[1].clone()]);
+    }
+
+    #[test]
     fn paths_name_views() {
         let views = vec![View::endpoint_picker(Naming::Prometheus)];
-        assert!(matches!(
+        assert_eq!(
             view_of(&views, "/metrics", "/metrics/endpoint-picker"),
-            Ok(Some(_))
-        ));
-        assert_eq!(view_of(&views, "/metrics", "/metrics/nope"), Err(()));
-        assert_eq!(view_of(&views, "/metrics", "/metrics"), Ok(None));
-        assert_eq!(view_of(&views, "/metrics", "/metricsx"), Ok(None));
-        assert_eq!(view_of(&views, "/metrics", "/-/healthy"), Ok(None));
-        assert!(matches!(
+            ViewPath::View(&views[0])
+        );
+        assert_eq!(
+            view_of(&views, "/metrics", "/metrics/nope"),
+            ViewPath::Unknown
+        );
+        assert_eq!(view_of(&views, "/metrics", "/metrics"), ViewPath::Elsewhere);
+        assert_eq!(
+            view_of(&views, "/metrics", "/metricsx"),
+            ViewPath::Elsewhere
+        );
+        assert_eq!(
+            view_of(&views, "/metrics", "/-/healthy"),
+            ViewPath::Elsewhere
+        );
+        assert_eq!(
             view_of(&views, "/", "/endpoint-picker"),
-            Ok(Some(_))
-        ));
-        assert_eq!(view_of(&views, "/", "/api/v1/status"), Ok(None));
+            ViewPath::View(&views[0])
+        );
+        assert_eq!(view_of(&views, "/", "/api/v1/status"), ViewPath::Elsewhere);
         assert_eq!(view_path("/", "a"), "/a");
         assert_eq!(view_path("/m", "a"), "/m/a");
         assert!(view_name_problem("my-view_1.x").is_none());
