@@ -1413,9 +1413,9 @@ def polled_pod_table(pod):
     out.append("")
     named = [r for r in pod["runs"] if r.get("live_names")]
     if named:
-        out.append("The same live writers and pollers on the path that "
-                   "[docs/gateway-api-inference-extension.md](../gateway-api-inference-extension.md) gives the "
-                   "endpoint picker: only the four families it reads (`?name[]=`).\n")
+        out.append("The same live writers and pollers asking for only the four families the endpoint picker "
+                   "reads (`?name[]=`; since issue 34 only those families are read, and the answer is sent "
+                   "uncompressed).\n")
         out.append("| writers | scrapes (planned) | exporter, % of a core | exporter CPU ms/scrape "
                    "| endpoint pickers' poll p50 / p99 ms |")
         out.append("|---|---|---|---|---|")
