@@ -381,10 +381,13 @@ async fn metrics(
     let shared = state.0.clone();
     let config = state.0.config();
     // A `?name[]=` request reads only the families of its samples, as a
-    // view of them (with upstreams, everything is collected anyway).
+    // view of them; not with upstreams (everything is collected anyway),
+    // nor when it asks for the exporter's own metrics (they describe the
+    // scrape that serves them).
     let view = match (view, &request.names) {
         (None, Some(names)) if config.upstreams.is_empty() => {
             Some(crate::transform::views::View::of_sample_names(names))
+                .filter(|view| !view.wants_own())
         }
         (view, _) => view,
     };

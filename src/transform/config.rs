@@ -31,7 +31,8 @@ use serde::Deserialize;
 
 use crate::model::names::{is_legacy_label_name, is_legacy_metric_name};
 use crate::transform::aliases::VLLM_ALIASES;
-use crate::transform::views::{view_name_problem, View, ENDPOINT_PICKER};
+use crate::transform::ray_name;
+use crate::transform::view::{view_name_problem, View, ENDPOINT_PICKER};
 
 /// The configuration file as written: every key is optional, unknown keys are
 /// errors.
@@ -248,7 +249,7 @@ impl Default for Config {
             labels: Vec::new(),
             aliases: Vec::new(),
             upstreams: Vec::new(),
-            views: vec![View::endpoint_picker(Naming::default())],
+            views: vec![builtin_view(Naming::default())],
         }
     }
 }
@@ -590,6 +591,14 @@ pub fn expand_env(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<St
     Ok(out)
 }
 
+/// The built-in view, named as `naming` names its families.
+pub(crate) fn builtin_view(naming: Naming) -> View {
+    crate::transform::view::endpoint_picker(|f| match naming {
+        Naming::Prometheus => Arc::from(f),
+        Naming::Ray => Arc::from(ray_name(f)),
+    })
+}
+
 /// The validated `views`, the built-in one first unless replaced or off.
 fn validate_views(
     sections: &BTreeMap<String, Vec<String>>,
@@ -597,7 +606,7 @@ fn validate_views(
 ) -> Result<Vec<View>, ConfigError> {
     let mut views = Vec::with_capacity(sections.len() + 1);
     if !sections.contains_key(ENDPOINT_PICKER) {
-        views.push(View::endpoint_picker(naming));
+        views.push(builtin_view(naming));
     }
     for (name, families) in sections {
         let invalid = |error: String| ConfigError::InvalidView {
@@ -882,10 +891,7 @@ mod tests {
     #[test]
     fn views_are_validated_and_the_builtin_one_follows_the_naming() {
         let default = Config::from_yaml("").unwrap();
-        assert_eq!(
-            default.views,
-            vec![View::endpoint_picker(Naming::Prometheus)]
-        );
+        assert_eq!(default.views, vec![builtin_view(Naming::Prometheus)]);
         assert_eq!(default, Config::default());
         let config =
             Config::from_yaml("naming: ray\nviews: {mine: [ray_vllm_num_requests_waiting]}\n")
