@@ -12,7 +12,10 @@
 //! processes with vLLM's multiprocess modes. An OpenMetrics answer (what
 //! Prometheus 3.x gets) is not for a text parser, and expfmt 0.39 has no
 //! OpenMetrics parser: its Content-Type and its `# TYPE` lines are checked
-//! instead. docs/gateway-api-inference-extension.md is the guide.
+//! instead. The view `/metrics/endpoint-picker` (issue 34) is fetched with
+//! the URL built both ways EPP's releases build it (a string, and
+//! `url.URL{Path: …}`), and the `?name[]=` path is shown to fail when built
+//! the second way. docs/gateway-api-inference-extension.md is the guide.
 
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
