@@ -161,16 +161,12 @@ impl Views {
 
 /// Why the configuration's views cannot be served under `telemetry_path`, if
 /// they cannot: a view whose path is one the server already serves (the
-/// metrics path, `/`, `/-/…`, the JSON API).
+/// metrics path, `/`, `/-/healthy`, `/-/ready`, the JSON API's).
 pub fn view_clash(telemetry_path: &str, config: &Config) -> Option<ConfigError> {
     config.views.iter().find_map(|view| {
         let path = view_path(telemetry_path, &view.name);
         let taken = path == telemetry_path
-            || path == "/"
-            || path.starts_with("/-/")
-            || path == "/-"
-            || path.starts_with("/api/")
-            || path == "/api"
+            || ["/", "/-/healthy", "/-/ready"].contains(&path.as_str())
             || super::api::Endpoint::of(&path).is_some();
         taken.then(|| ConfigError::InvalidView {
             name: view.name.to_string(),
@@ -338,8 +334,10 @@ mod tests {
         api.views[0].name = "status".into();
         let clash = view_clash("/api/v1", &api).unwrap().to_string();
         assert!(clash.contains("/api/v1/status"), "{clash}");
-        api.views[0].name = "-".into();
-        assert!(view_clash("/", &api).is_some());
+        api.views[0].name = "healthy".into();
+        assert!(view_clash("/-", &api).is_some());
+        // Under the API's prefix but no path of it: served.
+        assert!(view_clash("/api/v1", &Config::default()).is_none());
     }
 
     #[test]
