@@ -20,7 +20,9 @@
 //!   seconds: dead writers' files are folded once, then not even looked up (`_folded`), or
 //!   merged in file order at every scrape (`_exact`, `--writers.exact-sums`);
 //! * `cardinality`: one writer with 500,000 counter series (per-request label values), a
-//!   warm reader's scrape and the encoding alone.
+//!   warm reader's scrape and the encoding alone;
+//! * `gzip`: gzipping an answer of 0.5 to 64 kB of vLLM-like text as the server does (level
+//!   "fast"), which decides below which size an answer is sent uncompressed (issue 34).
 //!
 //! Fixtures come from `benches/support/fixture.rs`, the generator `scripts/compare.py` uses
 //! through `examples/gen_fixture.rs`.
@@ -347,6 +349,48 @@ fn bench_cardinality(c: &mut Criterion) {
     group.finish();
 }
 
+/// vLLM-like exposition text of about `bytes` bytes: gauge lines of two models and two engines.
+fn vllm_text(bytes: usize) -> Vec<u8> {
+    let mut text = String::new();
+    let mut i = 0u32;
+    while text.len() < bytes {
+        let family = [
+            "num_requests_waiting",
+            "num_requests_running",
+            "kv_cache_usage_perc",
+        ][i as usize % 3];
+        if i % 4 == 0 {
+            text.push_str(&format!(
+                "# HELP vllm:{family} Number of requests.\n# TYPE vllm:{family} gauge\n"
+            ));
+        }
+        let model = ["meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen3-8B"][i as usize % 2];
+        text.push_str(&format!(
+            "vllm:{family}{{engine=\"{}\",model_name=\"{model}\"}} {}.0\n",
+            i % 2,
+            i.wrapping_mul(2_654_435_761) % 97
+        ));
+        i += 1;
+    }
+    text.truncate(bytes);
+    text.into_bytes()
+}
+
+fn bench_gzip(c: &mut Criterion) {
+    let mut group = c.benchmark_group("gzip");
+    let mut gzipper = multiproc_exporter::expose::memo::Gzipper::default();
+    for bytes in [512usize, 1536, 4096, 16_384, 65_536] {
+        let text = vllm_text(bytes);
+        let gzipped = gzipper.gzip(&text).expect("gzip").len();
+        eprintln!("gzip: {bytes} bytes of text -> {gzipped} bytes");
+        group.throughput(Throughput::Bytes(bytes as u64));
+        group.bench_function(BenchmarkId::from_parameter(bytes), |b| {
+            b.iter(|| black_box(gzipper.gzip(black_box(&text)).expect("gzip").len()))
+        });
+    }
+    group.finish();
+}
+
 fn benches(c: &mut Criterion) {
     let fixtures = Fixtures::default();
     bench_steady(c, &fixtures);
@@ -354,6 +398,7 @@ fn benches(c: &mut Criterion) {
     bench_cold(c, &fixtures);
     bench_dead_writers(c);
     bench_cardinality(c);
+    bench_gzip(c);
 }
 
 fn main() {

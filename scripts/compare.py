@@ -38,8 +38,11 @@ processes of ~386 series, plus a high-churn directory with many dead processes' 
    warm-up; the server's CPU share and CPU per scrape come from ``/proc/PID/stat``, and
    prometheus_client's cost at the same rate is its in-process collection time of the same live
    directory times the poll rate; then the same pollers on the path that asks for the endpoint
-   picker's four families only (``?name[]=``, as docs/gateway-api-inference-extension.md
-   recommends). The largest directory is then measured unchanged (writers
+   picker's four families only (``?name[]=``); then (issue 34) the endpoint pickers alone on
+   the view ``/metrics/endpoint-picker``, on the exporter's bare ``/-/healthy`` and, in full
+   runs where Debian's nginx-light is installed, on nginx serving the view's answer as a static
+   file, one after the other in the same run (the targets are the view's CPU per poll as a
+   multiple of ``/-/healthy``'s). The largest directory is then measured unchanged (writers
    stopped with SIGSTOP), with the exporter's own metrics and with
    ``--web.disable-exporter-metrics``;
 7. writes ``results.json``, ``results.md`` and ``scaling.svg`` (log-log scrape time against
@@ -799,10 +802,16 @@ POD_HISTOGRAMS = [
 # (gateway-api-inference-extension, pkg/epp/backend/metrics/metrics.go: a bare
 # http.NewRequestWithContext, then expfmt.TextParser on the body).
 EPP_HEADERS = {"Accept-Encoding": "gzip", "User-Agent": "Go-http-client/1.1"}
-# The path docs/gateway-api-inference-extension.md recommends to EPP (`--model-server-metrics-path`):
-# the four families it reads, restricted by the exporter's `name[]` parameter.
+# The path docs/gateway-api-inference-extension.md recommended to EPP before issue 34
+# (`--model-server-metrics-path`): the four families it reads, restricted by `name[]` (which
+# works only where EPP joins the URL as a string; the view EPP_VIEW_PATH replaces it).
 EPP_NAMES_PATH = ("/metrics?name[]=vllm:num_requests_waiting&name[]=vllm:num_requests_running"
                   "&name[]=vllm:kv_cache_usage_perc&name[]=vllm:lora_requests_info")
+# The endpoint picker's own view (issue 34): the families EPP reads, on a query-free path.
+EPP_VIEW_PATH = "/metrics/endpoint-picker"
+# Issue 34's targets: the endpoint pickers' CPU per poll of the view, as a multiple of the same
+# pollers' on the exporter's /-/healthy (a bare HTTP answer), measured in the same run.
+POD_TARGET_VIEW_RATIO = {1: 1.5, 4: 1.5, 16: 2.0}
 PROMETHEUS2_HEADERS = {"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip", "User-Agent": "Prometheus/2.53.4",
                        "X-Prometheus-Scrape-Timeout-Seconds": "10"}
 # Issue 29's targets: the exporter's CPU share (% of one core) by live writers; an unchanged
@@ -842,6 +851,75 @@ def polled_pod_pollers():
            for i in range(3)]
     return epp + [{"name": "prometheus-2", "hz": 0.2, "headers": PROMETHEUS2_HEADERS,
                    "expect": "num_requests_running"}]
+
+
+def epp_pollers(expect):
+    """The 3 endpoint pickers of the polled pod alone (Go's headers, 20 Hz each), expecting `expect`."""
+    return [dict(p, expect=expect) for p in polled_pod_pollers() if p["hz"] >= 1]
+
+
+NGINX_CONF = """daemon off;
+master_process off;
+worker_processes 1;
+error_log {dir}/error.log;
+pid {dir}/nginx.pid;
+events {{ worker_connections 64; }}
+http {{
+    access_log off;
+    client_body_temp_path {dir}; proxy_temp_path {dir}; fastcgi_temp_path {dir};
+    uwsgi_temp_path {dir}; scgi_temp_path {dir};
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{ root {dir}; default_type "text/plain; version=0.0.4; charset=utf-8"; }}
+    }}
+}}
+"""
+
+
+def nginx_binary():
+    for path in ("/usr/sbin/nginx", shutil.which("nginx")):
+        if path and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def polled_nginx(tools, args, body, workdir, pids):
+    """The floor of any server on this machine: nginx (one process) serving `body` as a static file
+    to the endpoint pickers, for --polled-pod-seconds; None without nginx."""
+    binary = nginx_binary()
+    if not binary:
+        return None
+    root = tempfile.mkdtemp(prefix="nginx-", dir=workdir)
+    with open(os.path.join(root, "view"), "wb") as f:
+        f.write(body)
+    port = free_port()
+    conf = os.path.join(root, "nginx.conf")
+    with open(conf, "w") as f:
+        f.write(NGINX_CONF.format(dir=root, port=port))
+    proc = subprocess.Popen([binary, "-c", conf, "-p", root], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        wait_listening(port, proc)
+        r = run_pollers(tools, proc, port, epp_pollers("num_requests_running"), args.pod_seconds,
+                        args.pod_warmup, pids, path="/view")
+        r["body_bytes"] = len(body)
+        return r
+    finally:
+        stop_process(proc)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def fetch_body(port, path, headers):
+    """One GET of `path` on the local `port`: the body as sent."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        conn.request("GET", path, headers=headers)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
 
 
 def run_pollers(tools, proc, port, pollers, seconds, warmup, watch_pids=(), path="/metrics"):
@@ -925,6 +1003,22 @@ def polled_pod_run(tools, args, n, spec_path, pollers, workdir, unchanged):
                                                 path=EPP_NAMES_PATH)
         log(f"   with ?name[]= (EPP's four families): {names['server_cpu_percent']:.2f} % of a core, "
             f"{names['server_cpu_ms_per_scrape']:.3f} ms per scrape")
+        # Issue 34: the endpoint pickers alone, on the view, then on the bare /-/healthy, then (full
+        # runs) nginx serving the view's answer as a static file: the ratios come from this one run.
+        view = run["live_view"] = run_pollers(tools, *server, epp_pollers("vllm:num_requests_running"),
+                                              args.pod_seconds, args.pod_warmup, pids, path=EPP_VIEW_PATH)
+        healthy = run["live_healthy"] = run_pollers(tools, *server, epp_pollers("Healthy"), args.pod_seconds,
+                                                    args.pod_warmup, pids, path="/-/healthy")
+        status, body = fetch_body(server[1], EPP_VIEW_PATH, {})
+        run["view_body_bytes"] = len(body) if status == 200 else None
+        log(f"   view {EPP_VIEW_PATH}: {view['server_cpu_ms_per_scrape']:.3f} ms per poll, "
+            f"{view['server_cpu_percent']:.2f} % of a core; /-/healthy {healthy['server_cpu_ms_per_scrape']:.3f} ms "
+            f"per poll: ratio {view['server_cpu_ms_per_scrape'] / max(1e-9, healthy['server_cpu_ms_per_scrape']):.2f}")
+        if not args.quick and status == 200:
+            floor = run["live_nginx"] = polled_nginx(tools, args, body, workdir, pids)
+            if floor:
+                log(f"   nginx serving the view's {len(body)} bytes: {floor['server_cpu_ms_per_scrape']:.3f} ms "
+                    "per poll")
         py = run["python_live"] = run_json(tools.py_child("_py_inproc", directory, *args.pod_py), timeout=900)
         run["python_live_percent"] = py["scrape_ms"]["p50"] * rate / 10
         log(f"   prometheus_client {py['scrape_ms']['p50']:.2f} ms per collection: "
@@ -973,11 +1067,22 @@ def polled_pod_checks(pod, quick):
                                                if run.get("live_names") else []) + [(f"unchanged, {k.replace('_', ' ')}", v)
                                                for k, v in (run.get("unchanged") or {}).items()
                                                if k != "own_metrics_http_c1"]
+        for what, key in (("the view", "live_view"), ("/-/healthy", "live_healthy"), ("nginx", "live_nginx")):
+            r = run.get(key)
+            if r:
+                checks.append((f"polled pod, {n} writer(s), {what}: every poll answered 200 with what it serves",
+                               r["errors"] == 0 and r["missing_expected"] == 0 and r["scrapes"] > 0,
+                               f"{r['scrapes']} scrapes, {r['errors']} errors, {r['missing_expected']} without "
+                               "the expected text" + "".join(f"; {x}" for p in r["pollers"] if p
+                                                             for x in p["problems"][:1])))
         for what, r in polls:
             if not r:
                 continue
-            checks.append((f"polled pod, {n} writer(s), {what}: every poll answered 200, gzipped, with vLLM's families",
-                           r["errors"] == 0 and r["not_gzip"] == 0 and r["missing_expected"] == 0,
+            # A `?name[]=` answer (about 1 kB) is below the size the exporter gzips (issue 34).
+            small = "name[]" in what
+            checks.append((f"polled pod, {n} writer(s), {what}: every poll answered 200, "
+                           f"{'' if small else 'gzipped, '}with vLLM's families",
+                           r["errors"] == 0 and (small or r["not_gzip"] == 0) and r["missing_expected"] == 0,
                            f"{r['errors']} errors, {r['not_gzip']} not gzipped, {r['missing_expected']} without "
                            f"the expected family" + "".join(f"; {x}" for p in r["pollers"] if p
                                                             for x in p["problems"][:1])))
@@ -1308,9 +1413,9 @@ def polled_pod_table(pod):
     out.append("")
     named = [r for r in pod["runs"] if r.get("live_names")]
     if named:
-        out.append("The same live writers and pollers on the path that "
-                   "[docs/gateway-api-inference-extension.md](../gateway-api-inference-extension.md) gives the "
-                   "endpoint picker: only the four families it reads (`?name[]=`).\n")
+        out.append("The same live writers and pollers asking for only the four families the endpoint picker "
+                   "reads (`?name[]=`; since issue 34 only those families are read, and the answer is sent "
+                   "uncompressed).\n")
         out.append("| writers | scrapes (planned) | exporter, % of a core | exporter CPU ms/scrape "
                    "| endpoint pickers' poll p50 / p99 ms |")
         out.append("|---|---|---|---|---|")
@@ -1320,6 +1425,31 @@ def polled_pod_table(pod):
             out.append(f"| {run['writers']} | {r['scrapes']} ({r['planned_scrapes']:.0f}) "
                        f"| {r['server_cpu_percent']:.2f} | {fmt_ms(r['server_cpu_ms_per_scrape'])} "
                        f"| {fmt_ms(p50)} / {fmt_ms(p99)} |")
+        out.append("")
+    viewed = [r for r in pod["runs"] if r.get("live_view") and r.get("live_healthy")]
+    if viewed:
+        rate = sum(p["hz"] for p in epp_pollers(""))
+        out.append(f"Issue 34: the same live writers, the endpoint pickers alone ({rate:g} polls/s, Go's headers) "
+                   f"on the view `{EPP_VIEW_PATH}`, then on the exporter's `/-/healthy` (a bare HTTP answer), "
+                   "then, where Debian's nginx-light is installed (full runs), on nginx (one process) serving "
+                   "the view's answer as a static file: the floor of any server on this machine. All from this "
+                   "one run, one after the other; the ratios, not the absolute figures, are what carries over to "
+                   "another machine. prometheus_client: its collection above, at this rate.\n")
+        out.append("| writers | view bytes | view ms/poll | view, % of a core | /-/healthy ms/poll "
+                   "| view / healthy | nginx ms/poll | view / nginx | view poll p50 / p99 ms "
+                   "| prometheus_client at this rate, % of a core |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|")
+        for run in viewed:
+            v, h, ng = run["live_view"], run["live_healthy"], run.get("live_nginx")
+            a, b = v["server_cpu_ms_per_scrape"], h["server_cpu_ms_per_scrape"]
+            p50, p99 = _epp_latency(v)
+            py = run.get("python_live")
+            py_percent = f"{py['scrape_ms']['p50'] * rate / 10:.0f}" if py else "-"
+            nginx_ms = fmt_ms(ng["server_cpu_ms_per_scrape"]) if ng else "-"
+            nginx_ratio = f"{a / max(1e-9, ng['server_cpu_ms_per_scrape']):.2f}x" if ng else "-"
+            out.append(f"| {run['writers']} | {run.get('view_body_bytes') or '-'} | {fmt_ms(a)} "
+                       f"| {v['server_cpu_percent']:.2f} | {fmt_ms(b)} | {a / max(1e-9, b):.2f}x | {nginx_ms} "
+                       f"| {nginx_ratio} | {fmt_ms(p50)} / {fmt_ms(p99)} | {py_percent} |")
         out.append("")
     unchanged = [r for r in pod["runs"] if r.get("unchanged")]
     if unchanged:
@@ -1442,6 +1572,15 @@ def targets(results):
                            f"({run['python_live']['scrape_ms']['p50']:.1f} ms per collection x {rate:g}/s)")
             add(f"polled pod, {run['writers']} live writer(s), {rate:g} scrapes/s: exporter <= {limit:g} % of one core",
                 live["server_cpu_percent"] <= limit, detail)
+        view, healthy = run.get("live_view"), run.get("live_healthy")
+        limit = POD_TARGET_VIEW_RATIO.get(run["writers"])
+        if view and healthy and limit is not None:
+            a, b = view["server_cpu_ms_per_scrape"], healthy["server_cpu_ms_per_scrape"]
+            detail = f"{a:.3f} ms vs {b:.3f} ms per poll = {a / max(1e-9, b):.2f}x"
+            if run.get("live_nginx"):
+                detail += f"; nginx serving the view's bytes {run['live_nginx']['server_cpu_ms_per_scrape']:.3f} ms"
+            add(f"polled pod, {run['writers']} live writer(s): a poll of {EPP_VIEW_PATH} (Go's headers) <= "
+                f"{limit:g}x a poll of /-/healthy, same run", a <= limit * b, detail)
         u = run.get("unchanged") if run["writers"] == 16 else None    # the targets are for 16 writers
         if u and u.get("own_metrics"):
             own = u["own_metrics"]["server_cpu_ms_per_scrape"]

@@ -589,6 +589,7 @@ fn structured_config(choice: &StructuredConfig) -> Config {
         per_writer: None,
         aliases: Default::default(),
         upstreams: Vec::new(),
+        views: Default::default(),
         vllm_aliases: choice.ray,
         // With Ray names, vLLM families get `ReplicaId` too.
         ray: RaySection {

@@ -73,6 +73,9 @@ pub(crate) fn run(flags: DemoFlags) -> ExitCode {
             None => address.clone(),
         };
         eprintln!("multiproc-exporter: demo serving http://{host_port}/metrics (Ctrl-C stops it)");
+        eprintln!(
+            "multiproc-exporter: the endpoint picker's view: http://{host_port}/metrics/endpoint-picker"
+        );
     }
     let mut config = crate::demo::DemoConfig::new(&dir);
     config.api_servers = flags.api_servers;

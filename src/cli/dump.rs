@@ -50,6 +50,19 @@ pub(crate) fn run(args: DumpFlags) -> ExitCode {
         None => paths.into_iter().map(Input::detect).collect(),
         Some(_) => paths.into_iter().map(Input::Directory).collect(),
     };
+    let view = match &args.view {
+        None => None,
+        Some(name) => match config.views.iter().find(|v| *v.name == **name) {
+            Some(view) => Some(view.clone()),
+            None => {
+                let names: Vec<&str> = config.views.iter().map(|v| &*v.name).collect();
+                return usage(format!(
+                    "no view {name:?}; the views are: {}",
+                    names.join(", ")
+                ));
+            }
+        },
+    };
     let source = match discovery {
         Some(options) => Source::discovered(options),
         None => Source::new(
@@ -61,6 +74,12 @@ pub(crate) fn run(args: DumpFlags) -> ExitCode {
     let mut source = source
         .with_memory_budget(directories.memory_budget)
         .with_writer_policy(directories.writer_policy);
+    if let Some(view) = &view {
+        // Only the view's records are read (where the source allows it).
+        if let Some(restricted) = source.view(view.source_filter(&config), view.wants_own()) {
+            source = restricted;
+        }
+    }
     source.set_per_writer(config.per_writer.as_ref());
     let gathered = source.collect();
     let discovering = gathered.discovery.is_some();
@@ -134,7 +153,10 @@ pub(crate) fn run(args: DumpFlags) -> ExitCode {
         EscapingArg::Underscores => Escaping::Underscores,
         EscapingArg::AllowUtf8 => Escaping::AllowUtf8,
     };
-    let (families, collisions) = pipeline::transform(&config, collection.families);
+    let (mut families, collisions) = pipeline::transform(&config, collection.families);
+    if let Some(view) = &view {
+        families = view.cut(&families);
+    }
     for c in &collisions {
         eprintln!(
             "multiproc-exporter: dropped family {}: its new name {} is already used",

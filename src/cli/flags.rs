@@ -719,6 +719,11 @@ pub struct DumpFlags {
     /// as a PATH; repeatable, read before the PATHs).
     #[arg(long = "dir", value_name = "DIR")]
     pub dirs: Vec<PathBuf>,
+    /// Print only this view's families (`endpoint-picker`, or one of the
+    /// configuration's `views`), read as `serve` reads them for the view's
+    /// path: only the view's records are loaded and merged.
+    #[arg(long = "view", value_name = "NAME")]
+    pub view: Option<String>,
     /// Metric directories (their `*.db` entries are read in directory order)
     /// and files (merged in the order given). Defaults to
     /// `$PROMETHEUS_MULTIPROC_DIR`.

@@ -300,6 +300,9 @@ pub(crate) fn serve_settings(
     validate_telemetry_path(&web.telemetry_path)?;
     let directories = directories.validate()?;
     let loaded = config.load()?;
+    if let Some(clash) = crate::server::view_clash(&web.telemetry_path, &loaded.config) {
+        return Err(format!("Invalid configuration: {clash}."));
+    }
     if directories.writer_policy.compact_dead {
         if let Some(conflict) = loaded.config.compaction_conflict() {
             return Err(format!("Invalid configuration: {conflict}."));

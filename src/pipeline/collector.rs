@@ -14,6 +14,7 @@ use crate::source::{
 };
 use crate::transform::combine::Conflict;
 use crate::transform::config::PerWriter as PerWriterConfig;
+use crate::transform::views::SourceFilter;
 
 /// Counters describing one collection.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -188,6 +189,15 @@ impl Collector {
         if self.merging.per_writer.as_ref().map(PerWriter::config) != config {
             self.merging.per_writer = config.map(PerWriter::new);
             self.merging.steady = None;
+        }
+    }
+
+    /// Reads, merges and serves only the records of the families `filter`
+    /// keeps (a view's), or every record (`None`), from the next collection
+    /// on (a change rebuilds the caches).
+    pub fn set_key_filter(&mut self, filter: Option<SourceFilter>) {
+        if self.reader.set_key_filter(filter) {
+            self.rebuild = true;
         }
     }
 

@@ -35,6 +35,7 @@ use crate::source::writers::WriterPolicy;
 use crate::source::{Input, MemoryBudget};
 use crate::transform::combine::Conflict;
 use crate::transform::config::Config;
+use crate::transform::views::SourceFilter;
 use crate::transform::{self, Collision};
 use discovered::{DiscoverOptions, DiscoveredReader, DiscoveryReport};
 use subdirectories::SubdirectoryReader;
@@ -188,6 +189,38 @@ impl Source {
             Kind::Subdirectories(reader) => reader.set_per_writer(config),
             Kind::Discovered(reader) => reader.set_per_writer(config),
         }
+    }
+
+    /// A source for a view: the same inputs, links, memory budget and
+    /// writers' liveness, reading only the records of the families `filter`
+    /// keeps (values loaded, merged and served only for them), with the
+    /// writers' `process_*` families only if `process_metrics` (and the
+    /// policy) says so, and never compacting (the source the view is cut
+    /// from does). `None` for subdirectories and discovered directories
+    /// (a view is then cut from a whole collection).
+    pub fn view(&self, filter: SourceFilter, process_metrics: bool) -> Option<Self> {
+        if !matches!(self.kind, Kind::Inputs(_)) {
+            return None;
+        }
+        let mut collector = Collector::with_link_policy(self.link_policy);
+        collector.set_key_filter(Some(filter));
+        let writer_policy = WriterPolicy {
+            process_metrics: self.writer_policy.process_metrics && process_metrics,
+            compact_dead: false,
+            ..self.writer_policy
+        };
+        let source = Self {
+            inputs: self.inputs.clone(),
+            link_policy: self.link_policy,
+            memory_budget: None,
+            writer_policy: WriterPolicy::exact(),
+            kind: Kind::Inputs(Box::new(collector)),
+        };
+        Some(
+            source
+                .with_memory_budget(self.memory_budget.clone())
+                .with_writer_policy(writer_policy),
+        )
     }
 
     /// The inputs.
@@ -376,5 +409,52 @@ pub fn render(
     match names {
         Some(names) => encode(&transform::restrict(families, names), format, escaping),
         None => encode(families, format, escaping),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::file_name::GaugeMode;
+    use crate::format::writer::ProcessWriter;
+    use crate::transform::views::View;
+
+    #[test]
+    fn a_views_source_reads_and_merges_only_the_views_records() {
+        let dir = tempfile::tempdir().unwrap();
+        for pid in [1, 2] {
+            let mut writer = ProcessWriter::new(dir.path(), pid);
+            let waiting = writer
+                .gauge(
+                    "vllm:num_requests_waiting",
+                    "W.",
+                    &[],
+                    GaugeMode::MostRecent,
+                )
+                .unwrap();
+            waiting.set(&mut writer, f64::from(pid)).unwrap();
+            for i in 0..10 {
+                let tokens = writer
+                    .counter("vllm:prompt_tokens", "T.", &[("i", &i.to_string())])
+                    .unwrap();
+                tokens.inc(&mut writer, 1.0).unwrap();
+            }
+        }
+        let inputs = vec![Input::Directory(dir.path().to_path_buf())];
+        let mut whole = Source::new(inputs, None, LinkPolicy::default());
+        let config = Config::default();
+        let view = View::endpoint_picker(config.naming);
+        let mut restricted = whole.view(view.source_filter(&config), false).unwrap();
+        let all = whole.collect().collection;
+        let only = restricted.collect().collection;
+        assert_eq!(all.stats.records, 22);
+        assert_eq!(only.stats.records, 2, "the counters' records are not read");
+        assert_eq!(only.stats.files_merged, all.stats.files_merged);
+        // What it merged is the view's families cut from the whole merge.
+        let cut = view.cut(&all.families);
+        assert_eq!(only.families, cut);
+        // Unchanged: the merge is skipped, as for the whole source.
+        let again = restricted.collect_since(Some(only.merged_id)).collection;
+        assert!(again.unchanged);
     }
 }

@@ -30,6 +30,7 @@ mod scrape;
 mod status_page;
 mod status_pods;
 mod telemetry;
+mod views;
 
 use crate::server::telemetry::operational::ConfigReload;
 use http::{limits, listen};
@@ -58,6 +59,7 @@ use crate::transform::config::{Config, ConfigError};
 
 pub use listen::DEFAULT_LISTEN_ADDRESS;
 pub use telemetry::logging::{init as init_logging, LogFormat, LogLevel};
+pub use views::view_clash;
 pub use web_config::{HttpServerConfig, TlsServerConfig, WebConfigFile};
 
 /// What triggered a configuration reload.
@@ -91,6 +93,8 @@ pub(crate) struct Shared {
     config: RwLock<Arc<Config>>,
     config_seen: Mutex<Option<Seen>>,
     scraper: scrape::Scraper,
+    /// The views' sources and last answers.
+    views: views::Views,
     pub(crate) self_metrics: self_metrics::SelfMetrics,
 }
 
@@ -169,6 +173,7 @@ impl AppState {
         };
         Self(Arc::new(Shared {
             scraper,
+            views: views::Views::default(),
             dirs: settings.dirs,
             telemetry_path: settings.telemetry_path,
             exporter_metrics: settings.exporter_metrics,
@@ -237,6 +242,10 @@ impl Shared {
             Some(conflict) if self.compacting => Err(ConfigError::Syntax(conflict.to_owned())),
             _ => Ok(config),
         });
+        let loaded = loaded.and_then(|config| match view_clash(&self.telemetry_path, &config) {
+            Some(clash) => Err(clash),
+            None => Ok(config),
+        });
         match loaded {
             Ok(config) => {
                 let changed = *self.config() != config;
@@ -303,8 +312,17 @@ async fn dispatch(
     let is_metrics = path == state.0.telemetry_path;
     let is_landing = path == "/" && !is_metrics;
     let endpoint = (!is_metrics).then(|| api::Endpoint::of(path)).flatten();
+    let mut view = None;
     if !is_metrics && !is_landing && endpoint.is_none() {
-        return (StatusCode::NOT_FOUND, "404 page not found\n").into_response();
+        let config = state.0.config();
+        use crate::transform::views::{view_of, ViewPath};
+        match view_of(&config.views, &state.0.telemetry_path, path) {
+            ViewPath::View(found) => view = Some(found.clone()),
+            ViewPath::Elsewhere => {
+                return (StatusCode::NOT_FOUND, "404 page not found\n").into_response()
+            }
+            ViewPath::Unknown => return views::unknown_view(&state.0.telemetry_path, &config),
+        }
     }
     if method != Method::GET && method != Method::HEAD {
         let mut response =
@@ -320,7 +338,7 @@ async fn dispatch(
     if let Some(endpoint) = endpoint {
         return api_json(state, endpoint, query).await;
     }
-    metrics(state, &headers, query.as_deref()).await
+    metrics(state, &headers, query.as_deref(), view).await
 }
 
 /// Prometheus's `X-Prometheus-Scrape-Timeout-Seconds`, when it is a
@@ -347,25 +365,53 @@ fn joined(headers: &HeaderMap, name: header::HeaderName) -> Option<String> {
     (!values.is_empty()).then(|| values.join(","))
 }
 
-async fn metrics(state: AppState, headers: &HeaderMap, query: Option<&str>) -> Response {
+/// The metrics path, or a view's (whose query is ignored).
+async fn metrics(
+    state: AppState,
+    headers: &HeaderMap,
+    query: Option<&str>,
+    view: Option<crate::transform::views::View>,
+) -> Response {
     let accept = joined(headers, header::ACCEPT);
     let negotiated = negotiate(accept.as_deref(), state.0.negotiation, state.0.openmetrics);
     let gzip = gzip_accepted(joined(headers, header::ACCEPT_ENCODING).as_deref());
     let request = scrape::Request {
         format: negotiated.format,
         escaping: negotiated.escaping,
-        names: name_params(query),
+        names: view.is_none().then(|| name_params(query)).flatten(),
         gzip,
         scrape_timeout: scrape_timeout(headers),
     };
     let shared = state.0.clone();
-    let scrape = move || {
-        let config = shared.config();
-        let self_metrics = shared.exporter_metrics.then_some(&shared.self_metrics);
-        shared.scraper.render(&request, &config, self_metrics)
+    let config = state.0.config();
+    // A `?name[]=` request reads only the families of its samples, as a
+    // view of them; not with upstreams (everything is collected anyway),
+    // nor when it asks for the exporter's own metrics (they describe the
+    // scrape that serves them).
+    let view = match (view, &request.names) {
+        (None, Some(names)) if config.upstreams.is_empty() => {
+            Some(crate::transform::views::View::of_sample_names(names))
+                .filter(|view| !view.wants_own())
+        }
+        (view, _) => view,
     };
     // Upstreams are waited for with a blocking receive: never on a worker.
-    let inline = state.0.scraper.is_quick() && state.0.config().upstreams.is_empty();
+    let inline = config.upstreams.is_empty()
+        && match &view {
+            Some(view) => state.0.views.is_quick(&view.name, &config),
+            None => state.0.scraper.is_quick(),
+        };
+    let scrape = move || {
+        let self_metrics = shared.exporter_metrics.then_some(&shared.self_metrics);
+        match &view {
+            Some(view) => {
+                shared
+                    .views
+                    .render(&shared.scraper, view, &request, &config, self_metrics)
+            }
+            None => shared.scraper.render(&request, &config, self_metrics),
+        }
+    };
     let body = if inline {
         // A few milliseconds at most last time: cheaper here than a
         // hand-over to the blocking pool (two thread wake-ups).
@@ -404,11 +450,12 @@ async fn status(state: AppState) -> Response {
     let shared = state.0.clone();
     let html = tokio::task::spawn_blocking(move || {
         shared.collect_now();
-        status_page::page(
+        let page = status_page::page(
             &shared.telemetry_path,
             &shared.dirs,
             shared.scraper.insight().last().as_ref(),
-        )
+        );
+        status_page::with_views(page, &shared.telemetry_path, &shared.config().views)
     })
     .await
     .unwrap_or_else(|e| {
@@ -822,5 +869,37 @@ mod tests {
             .read_to_end(&mut out)
             .unwrap();
         assert_eq!(out, data);
+    }
+
+    #[tokio::test]
+    async fn views_are_served_listed_and_an_unknown_one_names_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = crate::format::writer::ProcessWriter::new(dir.path(), 1);
+        let mode = crate::format::file_name::GaugeMode::MostRecent;
+        let gauge = writer
+            .gauge("vllm:num_requests_waiting", "W.", &[], mode)
+            .unwrap();
+        gauge.set(&mut writer, 2.0).unwrap();
+        let counter = writer.counter("vllm:prompt_tokens", "T.", &[]).unwrap();
+        counter.inc(&mut writer, 1.0).unwrap();
+        let app = app(state(dir.path().to_path_buf(), true));
+        let (status, headers, body) = get_response(app.clone(), "/metrics/endpoint-picker").await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(headers.get(header::CONTENT_ENCODING).is_none());
+        assert_eq!(
+            std::str::from_utf8(&body).unwrap(),
+            "# HELP vllm:num_requests_waiting W.\n# TYPE vllm:num_requests_waiting gauge\n\
+             vllm:num_requests_waiting 2.0\n",
+            "no own metrics, no other family"
+        );
+        let (status, _, body) = get_response(app.clone(), "/metrics/nope").await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert!(String::from_utf8(body)
+            .unwrap()
+            .contains("/metrics/endpoint-picker\n"));
+        let (_, _, page) = get_response(app, "/").await;
+        assert!(String::from_utf8(page)
+            .unwrap()
+            .contains(r#"href="/metrics/endpoint-picker""#));
     }
 }

@@ -71,6 +71,8 @@ pub(crate) struct Scraper {
     bodies: Mutex<Bodies>,
     finished: Condvar,
     rechecks: Mutex<Rechecks>,
+    /// The same, for the views' sources (`super::views`), which take them.
+    view_rechecks: Mutex<Rechecks>,
     /// What the last bodies' encodings left to reuse, by format and escaping
     /// (for requests without `?name[]=`).
     memos: Mutex<Vec<EncodeMemo>>,
@@ -159,6 +161,12 @@ impl std::ops::Deref for ServedFamilies {
         self.0.families()
     }
 }
+
+/// Bodies shorter than this are sent uncompressed even to a client that
+/// accepts gzip: compressing a small answer costs more CPU than sending the
+/// bytes it saves (measured: docs/performance.md, "Compressing small
+/// answers").
+pub(crate) const GZIP_MIN_BYTES: usize = 4096;
 
 /// Scrapes faster than this run on the async worker ([`Scraper::is_quick`]).
 const QUICK_SCRAPE: std::time::Duration = std::time::Duration::from_millis(3);
@@ -307,6 +315,7 @@ impl Scraper {
             bodies: Mutex::new(Bodies::default()),
             finished: Condvar::new(),
             rechecks: Mutex::new(Rechecks::default()),
+            view_rechecks: Mutex::new(Rechecks::default()),
             memos: Mutex::new(Vec::new()),
             gzipper: Mutex::new(Gzipper::default()),
             last_render_nanos: AtomicU64::new(0),
@@ -318,21 +327,45 @@ impl Scraper {
     /// Has the next collection check these files with `stat` before
     /// trusting their maps (they were modified: truncated, grown, replaced).
     pub(crate) fn recheck(&self, paths: impl IntoIterator<Item = PathBuf>) {
-        let mut rechecks = self.rechecks.lock().unwrap_or_else(|e| e.into_inner());
-        if !rechecks.all {
-            rechecks.paths.extend(paths);
-            if rechecks.paths.len() > MAX_PENDING_RECHECKS {
-                rechecks.all = true;
-                rechecks.paths.clear();
+        let paths: Vec<PathBuf> = paths.into_iter().collect();
+        for rechecks in [&self.rechecks, &self.view_rechecks] {
+            let mut rechecks = rechecks.lock().unwrap_or_else(|e| e.into_inner());
+            if !rechecks.all {
+                rechecks.paths.extend(paths.iter().cloned());
+                if rechecks.paths.len() > MAX_PENDING_RECHECKS {
+                    rechecks.all = true;
+                    rechecks.paths.clear();
+                }
             }
         }
     }
 
     /// Has the next collection check every file with `stat`.
     pub(crate) fn recheck_all(&self) {
-        let mut rechecks = self.rechecks.lock().unwrap_or_else(|e| e.into_inner());
-        rechecks.all = true;
-        rechecks.paths.clear();
+        for rechecks in [&self.rechecks, &self.view_rechecks] {
+            let mut rechecks = rechecks.lock().unwrap_or_else(|e| e.into_inner());
+            rechecks.all = true;
+            rechecks.paths.clear();
+        }
+    }
+
+    /// The rechecks asked for since the views last took them: whether every
+    /// file is to be rechecked, else which.
+    pub(crate) fn take_view_rechecks(&self) -> (bool, Vec<PathBuf>) {
+        let taken =
+            std::mem::take(&mut *self.view_rechecks.lock().unwrap_or_else(|e| e.into_inner()));
+        (taken.all, taken.paths.into_iter().collect())
+    }
+
+    /// A source for a view, reading what this scraper reads but only the
+    /// records `filter` keeps (see [`Source::view`]); `None` where a view
+    /// is cut from a whole collection.
+    pub(crate) fn view_source(
+        &self,
+        filter: crate::transform::views::SourceFilter,
+        process_metrics: bool,
+    ) -> Option<Source> {
+        self.lock().source.view(filter, process_metrics)
     }
 
     fn lock(&self) -> MutexGuard<'_, ScrapeState> {
@@ -424,7 +457,7 @@ impl Scraper {
             let mut families = transform::restrict(&served.merged, names);
             families.extend(transform::restrict(&served.own, names));
             let body = encode(&families, request.format, request.escaping);
-            return if request.gzip {
+            return if request.gzip && body.len() >= GZIP_MIN_BYTES {
                 let gzipped = self
                     .gzipper
                     .lock()

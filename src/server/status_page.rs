@@ -13,6 +13,7 @@
 //! prefix-cache hit rate, TTFT and TPOT. A directory without vLLM's metrics
 //! shows the generic part and says that there is nothing to chart.
 
+use crate::transform::views::{view_path, View};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -65,6 +66,21 @@ pub(crate) fn page(
 </html>
 "##
     )
+}
+
+/// `page` with a link to each view (`/metrics/endpoint-picker`) in its
+/// navigation.
+pub(crate) fn with_views(page: String, telemetry_path: &str, views: &[View]) -> String {
+    if views.is_empty() {
+        return page;
+    }
+    let mut links = String::from(" · Views:");
+    for view in views {
+        let path = html_escape(&view_path(telemetry_path, &view.name));
+        let _ = write!(links, r#" <a class="view" href="{path}">{path}</a>"#);
+    }
+    links.push_str("</nav></header>");
+    page.replacen("</nav></header>", &links, 1)
 }
 
 /// The generic part, as the script renders it too (`renderGeneric`).

@@ -22,6 +22,7 @@ use crate::format::layout::{
     read_used, read_value, record_len, scan_window, LayoutError, HEADER_LEN, VALUE_LEN,
 };
 use crate::merge::{KeyId, KeyStore, MergeError, MergeInput};
+use crate::transform::views::SourceFilter;
 
 /// Bytes read at least on a file's first read (Python reads one page first).
 const FIRST_READ: usize = 4096;
@@ -135,6 +136,8 @@ pub struct Reader {
     over_budget: FxHashMap<OsString, OverBudget>,
     /// Collections made so far.
     collections: u64,
+    /// With a view: only the records of the families it keeps are read.
+    key_filter: Option<SourceFilter>,
 }
 
 /// A file skipped for the memory budget.
@@ -165,6 +168,19 @@ impl Reader {
     /// the memory held past it is skipped ([`SkipReason::OverMemoryBudget`]).
     pub fn set_memory_budget(&mut self, budget: Option<Arc<MemoryBudget>>) {
         self.budget = budget;
+    }
+
+    /// Reads only the records whose family `filter` keeps (a view's:
+    /// [`SourceFilter`]), or every record (`None`). A change forgets every
+    /// cached file ([`Self::forget_files`]): the caller rebuilds its key
+    /// store and plans too. Returns whether it changed.
+    pub fn set_key_filter(&mut self, filter: Option<SourceFilter>) -> bool {
+        let changed = self.key_filter != filter;
+        if changed {
+            self.key_filter = filter;
+            self.forget_files();
+        }
+        changed
     }
 
     /// Forgets every cached file (and the files skipped for the budget), to
@@ -676,6 +692,13 @@ impl Reader {
             for location in locations.drain(..) {
                 let key_at = location.key_offset - window.0;
                 match store.intern(&data[key_at..key_at + location.key_len]) {
+                    // A view's reader leaves out the families it does not
+                    // serve: their values are never loaded.
+                    Ok(id)
+                        if self
+                            .key_filter
+                            .as_ref()
+                            .is_some_and(|f| !f.keeps(store.family_name(id))) => {}
                     Ok(id) => {
                         new_keys.push(id);
                         new_offsets.push(location.value_offset as u32);

@@ -31,6 +31,8 @@ use serde::Deserialize;
 
 use crate::model::names::{is_legacy_label_name, is_legacy_metric_name};
 use crate::transform::aliases::VLLM_ALIASES;
+use crate::transform::ray_name;
+use crate::transform::view::{view_name_problem, View, ENDPOINT_PICKER};
 
 /// The configuration file as written: every key is optional, unknown keys are
 /// errors.
@@ -93,6 +95,17 @@ pub struct ConfigFile {
     /// garbage is left out of that scrape, never failing it.
     #[serde(default)]
     pub upstreams: Vec<UpstreamSection>,
+    /// Views: named sets of families, each served on its own path
+    /// `<telemetry path>/<name>` (`serve` only), as `name: [family, ...]`,
+    /// families named as `/metrics` names them (after `naming` and
+    /// `aliases`). A view's answer is those families of `/metrics`, and a
+    /// poll of it reads, merges and encodes only them. The built-in view
+    /// `endpoint-picker` (what the inference gateway's endpoint picker reads)
+    /// is served without configuration; a view of that name replaces it, and
+    /// `endpoint-picker: []` turns it off. A name is one path segment
+    /// (letters, digits, `-`, `_`, `.`). See [`crate::transform::views`].
+    #[serde(default)]
+    pub views: BTreeMap<String, Vec<String>>,
 }
 
 /// One entry of `upstreams`.
@@ -200,7 +213,9 @@ impl Naming {
 }
 
 /// A validated configuration, ready to apply with [`crate::transform`].
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// The default serves everything as prometheus_client does, with the
+/// built-in view.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// Family name prefixes to keep (empty keeps all).
     pub include_prefixes: Vec<String>,
@@ -218,6 +233,25 @@ pub struct Config {
     pub aliases: Vec<(Arc<str>, Arc<str>)>,
     /// HTTP endpoints merged with the directory (`upstreams`), in order.
     pub upstreams: Vec<Upstream>,
+    /// The views served (the built-in one first, unless replaced or off),
+    /// their families as `/metrics` names them.
+    pub views: Vec<View>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            include_prefixes: Vec::new(),
+            exclude_prefixes: Vec::new(),
+            naming: Naming::default(),
+            per_writer: None,
+            replica_id: None,
+            labels: Vec::new(),
+            aliases: Vec::new(),
+            upstreams: Vec::new(),
+            views: vec![builtin_view(Naming::default())],
+        }
+    }
 }
 
 /// A validated entry of `upstreams`.
@@ -303,6 +337,13 @@ pub enum ConfigError {
         /// The label name.
         name: String,
     },
+    /// An entry of `views` cannot be used.
+    InvalidView {
+        /// The view's name.
+        name: String,
+        /// What is wrong.
+        error: String,
+    },
     /// An entry of `upstreams` cannot be used.
     InvalidUpstream {
         /// Its position in the list (0-based).
@@ -334,6 +375,7 @@ impl fmt::Display for ConfigError {
                 "label {name:?} is added twice (by `labels` and by `per_writer.label` or `ray.replica_id`)"
             ),
             Self::InvalidUpstream { index, error } => write!(f, "in `upstreams[{index}]`: {error}"),
+            Self::InvalidView { name, error } => write!(f, "in `views.{name}`: {error}"),
         }
     }
 }
@@ -466,7 +508,9 @@ impl Config {
             labels.push((Arc::from(name.as_str()), Arc::from(value)));
         }
         let upstreams = validate_upstreams(&file.upstreams, env)?;
+        let views = validate_views(&file.views, file.naming)?;
         Ok(Self {
+            views,
             upstreams,
             include_prefixes: file.filter.include_prefixes,
             exclude_prefixes: file.filter.exclude_prefixes,
@@ -545,6 +589,54 @@ pub fn expand_env(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<St
     }
     out.push_str(rest);
     Ok(out)
+}
+
+/// The built-in view, named as `naming` names its families.
+pub(crate) fn builtin_view(naming: Naming) -> View {
+    crate::transform::view::endpoint_picker(|f| match naming {
+        Naming::Prometheus => Arc::from(f),
+        Naming::Ray => Arc::from(ray_name(f)),
+    })
+}
+
+/// The validated `views`, the built-in one first unless replaced or off.
+fn validate_views(
+    sections: &BTreeMap<String, Vec<String>>,
+    naming: Naming,
+) -> Result<Vec<View>, ConfigError> {
+    let mut views = Vec::with_capacity(sections.len() + 1);
+    if !sections.contains_key(ENDPOINT_PICKER) {
+        views.push(builtin_view(naming));
+    }
+    for (name, families) in sections {
+        let invalid = |error: String| ConfigError::InvalidView {
+            name: name.clone(),
+            error,
+        };
+        if let Some(problem) = view_name_problem(name) {
+            return Err(invalid(format!("invalid view name: {problem}")));
+        }
+        if families.is_empty() {
+            if name == ENDPOINT_PICKER {
+                continue;
+            }
+            return Err(invalid(
+                "a view lists at least one family (only the built-in `endpoint-picker: []` turns a view off)".to_owned(),
+            ));
+        }
+        if let Some(bad) = families.iter().find(|f| !is_legacy_metric_name(f)) {
+            return Err(invalid(format!(
+                "{bad:?} is not a metric name matching [a-zA-Z_:][a-zA-Z0-9_:]*"
+            )));
+        }
+        views.push(View {
+            name: Arc::from(name.as_str()),
+            families: families.iter().map(|f| Arc::from(f.as_str())).collect(),
+            builtin: false,
+            matching: Default::default(),
+        });
+    }
+    Ok(views)
 }
 
 /// The validated `upstreams`.
@@ -793,6 +885,41 @@ mod tests {
         for text in ["", "\n", "# nothing\n", "---\n", "{}"] {
             let config = Config::from_yaml(text).unwrap();
             assert!(config.is_identity(), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn views_are_validated_and_the_builtin_one_follows_the_naming() {
+        let default = Config::from_yaml("").unwrap();
+        assert_eq!(default.views, vec![builtin_view(Naming::Prometheus)]);
+        assert_eq!(default, Config::default());
+        let config =
+            Config::from_yaml("naming: ray\nviews: {mine: [ray_vllm_num_requests_waiting]}\n")
+                .unwrap();
+        let names: Vec<&str> = config.views.iter().map(|v| &*v.name).collect();
+        assert_eq!(names, ["endpoint-picker", "mine"]);
+        assert_eq!(
+            &*config.views[0].families[0],
+            "ray_vllm_num_requests_waiting"
+        );
+        let off = Config::from_yaml("views: {endpoint-picker: []}\n").unwrap();
+        assert!(off.views.is_empty());
+        let replaced = Config::from_yaml("views: {endpoint-picker: [a, b]}\n").unwrap();
+        assert_eq!(replaced.views.len(), 1);
+        assert!(!replaced.views[0].builtin);
+        for (text, wanted) in [
+            (
+                "views: {\"a/b\": [x]}\n",
+                "in `views.a/b`: invalid view name",
+            ),
+            (
+                "views: {mine: []}\n",
+                "in `views.mine`: a view lists at least one family",
+            ),
+            ("views: {mine: [\"a b\"]}\n", "\"a b\" is not a metric name"),
+        ] {
+            let e = Config::from_yaml(text).unwrap_err().to_string();
+            assert!(e.contains(wanted), "{text}: {e}");
         }
     }
 

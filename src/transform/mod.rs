@@ -34,6 +34,8 @@ pub mod aliases;
 pub mod combine;
 pub mod config;
 pub mod sources;
+pub mod view;
+pub mod views;
 
 use std::collections::HashSet;
 use std::sync::Arc;

@@ -247,3 +247,67 @@ fn reload_on_sighup() {
         .metrics()
         .contains("ray_vllm_prompt_tokens_total{model_name=\"m\"} 30.0\n"));
 }
+
+/// Issue 34: views come and go with the configuration; a view whose path
+/// the server already serves is refused at start and on reload, and a bad
+/// view keeps the views in force.
+#[test]
+fn views_are_reloaded_with_the_configuration_and_validated() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = vllm_dir(tmp.path());
+    let config = tmp.path().join("conf/config.yaml");
+    std::fs::create_dir(tmp.path().join("conf")).unwrap();
+    write_config(&config, "views: {tokens: [\"vllm:prompt_tokens_total\"]}\n");
+    let c = config.to_str().unwrap();
+    let exporter = Exporter::start(&["--dir", &dir, "--config", c]);
+    let tokens = exporter.get("/metrics/tokens");
+    assert_eq!(tokens.status, 200);
+    assert_eq!(
+        tokens.text(),
+        "# HELP vllm:prompt_tokens_total Number of prefill tokens processed.\n\
+         # TYPE vllm:prompt_tokens_total counter\n\
+         vllm:prompt_tokens_total{model_name=\"m\"} 30.0\n"
+    );
+    assert_eq!(exporter.get("/metrics/endpoint-picker").status, 200);
+    // Renamed: the old path is gone, and its 404 names the views.
+    write_config(
+        &config,
+        "views: {prompt: [\"vllm:prompt_tokens\"], endpoint-picker: []}\n",
+    );
+    wait_for("the new view", || {
+        (exporter.get("/metrics/prompt").status == 200).then_some(())
+    });
+    let gone = exporter.get("/metrics/tokens");
+    assert_eq!(gone.status, 404);
+    assert_eq!(
+        gone.text(),
+        "404 page not found: no such view. The views are:\n/metrics/prompt\n"
+    );
+    // An invalid view keeps the views in force.
+    write_config(&config, "views: {\"-x\": [\"vllm:prompt_tokens\"]}\n");
+    wait_for("the failed reload", || {
+        (reloads(&exporter, "failure") == "1.0").then_some(())
+    });
+    assert_eq!(exporter.get("/metrics/prompt").status, 200);
+    // At start, a view under a path the server serves is refused.
+    write_config(&config, "views: {status: [\"vllm:prompt_tokens\"]}\n");
+    let (code, _, stderr) = run_exporter(&[
+        "serve",
+        "--dir",
+        &dir,
+        "--config",
+        c,
+        "--web.telemetry-path",
+        "/api/v1",
+        "--web.listen-address",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(code, 2);
+    let stderr = crate::support::logfmt_unescaped(&stderr);
+    assert!(
+        stderr.contains(
+            "in `views.status`: its path /api/v1/status is one the server already serves"
+        ),
+        "{stderr}"
+    );
+}

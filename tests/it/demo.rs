@@ -58,6 +58,32 @@ fn demo_command_serves_a_live_directory() {
         (counter(&text) > counter(&first)).then_some(text)
     });
     assert!(later.contains("# TYPE vllm:time_to_first_token_seconds histogram"));
+    // The endpoint picker's view: exactly the built-in view's families that
+    // the demo writes, in /metrics's order.
+    let view = String::from_utf8(get(&format!("{url}/endpoint-picker"), &[]).body).unwrap();
+    let whole = String::from_utf8(get(&url, &[]).body).unwrap();
+    let declared = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter_map(|l| Some(l.strip_prefix("# TYPE ")?.split(' ').next()?.to_owned()))
+            .collect()
+    };
+    let typed = declared(&view);
+    let expected: Vec<String> = declared(&whole)
+        .into_iter()
+        .filter(|name| {
+            multiproc_exporter::transform::views::ENDPOINT_PICKER_FAMILIES.contains(&name.as_str())
+        })
+        .collect();
+    assert_eq!(typed, expected, "{view}");
+    for family in [
+        "vllm:num_requests_waiting",
+        "vllm:num_requests_running",
+        "vllm:kv_cache_usage_perc",
+        "vllm:cache_config_info",
+        "vllm:lora_requests_info",
+    ] {
+        assert!(typed.iter().any(|t| t == family), "{family}: {view}");
+    }
     let _ = Command::new("kill").arg(child.id().to_string()).status();
     let status = child.wait().expect("wait");
     assert!(status.success(), "demo exits cleanly on SIGTERM: {status}");

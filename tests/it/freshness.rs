@@ -130,3 +130,116 @@ fn a_value_written_before_a_scrape_is_in_its_answer_while_writers_run() {
     }
     assert!(scrapes >= 150, "{scrapes} scrapes");
 }
+
+/// The families of `text` (a text or OpenMetrics exposition) whose `# HELP`
+/// names one of `names`, as they are written (a view cut from the whole
+/// answer).
+fn cut(text: &str, names: &[&str]) -> String {
+    let mut out = String::new();
+    let mut keep = false;
+    for line in text.split_inclusive('\n') {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            keep = names.iter().any(|n| rest.split(' ').next() == Some(n));
+        }
+        if keep && line != "# EOF\n" {
+            out.push_str(line);
+        }
+    }
+    if text.ends_with("# EOF\n") {
+        out.push_str("# EOF\n");
+    }
+    out
+}
+
+/// Issue 34: a view reads only its families' records with its own reader,
+/// yet serves what `/metrics` serves of them: fresh while writers write,
+/// and, once they stop or exit, byte for byte the families cut from
+/// `/metrics`, in every format.
+#[test]
+fn a_view_is_fresh_and_equals_its_families_cut_from_metrics_as_writers_change_and_exit() {
+    let Some(python) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("metrics");
+    std::fs::create_dir(&dir).unwrap();
+    let mut writers: Vec<Writer> = (0..3)
+        .map(|i| Writer::start(&python, &dir, tmp.path().join(format!("published-{i}"))))
+        .collect();
+    wait_for("the writers to publish", || {
+        writers.iter().all(|w| w.published() > 0).then_some(())
+    });
+    let config = tmp.path().join("config.yaml");
+    // Two of the three families; the counter by the name the text declares.
+    std::fs::write(
+        &config,
+        "views:\n  fresh: [fresh_rounds_total, fresh_round]\n",
+    )
+    .unwrap();
+    let exporter = Exporter::start(&[
+        "--dir",
+        dir.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    let requests: [&[(&str, &str)]; 3] = [
+        &[("Accept-Encoding", "gzip")],
+        &[("Accept", ACCEPT_OPENMETRICS), ("Accept-Encoding", "gzip")],
+        &[],
+    ];
+    for scrape in 0..150 {
+        let before: u64 = writers.iter().map(Writer::published).sum();
+        let headers = requests[scrape % requests.len()];
+        let reply = exporter.get_with("/metrics/fresh", headers);
+        assert_eq!(reply.status, 200);
+        let text = body(&reply);
+        for series in ["fresh_rounds_total", "fresh_round"] {
+            let value = sample_value(&text, series)
+                .unwrap_or_else(|| panic!("no {series} in view poll {scrape}:\n{text}"));
+            assert!(
+                value >= before as f64,
+                "view poll {scrape} ({headers:?}): {series} is {value}, but {before} rounds were written before it"
+            );
+        }
+        assert!(!text.contains("fresh_seconds"), "{text}");
+        assert!(!text.contains("process_"), "no own metrics: {text}");
+    }
+    let equal_slices = |when: &str| {
+        for headers in requests {
+            let whole = body(&exporter.get_with("/metrics", headers));
+            let view = body(&exporter.get_with("/metrics/fresh", headers));
+            assert_eq!(
+                view,
+                cut(&whole, &["fresh_rounds", "fresh_rounds_total", "fresh_round"]),
+                "{when} ({headers:?}): the view differs from its families cut from /metrics:\n{whole}"
+            );
+        }
+    };
+    // Values stop changing (the writers are alive, stopped).
+    for w in &writers {
+        let _ = Command::new("kill")
+            .args(["-STOP", &w.child.id().to_string()])
+            .status();
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    equal_slices("writers stopped");
+    // One writer exits: its live gauge leaves both answers, its counter stays.
+    let gone = writers.remove(0);
+    let before = sample_value(
+        &body(&exporter.get_with("/metrics/fresh", &[])),
+        "fresh_round",
+    );
+    drop(gone);
+    let after = wait_for("the exited writer's live gauge to leave the view", || {
+        let value = sample_value(
+            &body(&exporter.get_with("/metrics/fresh", &[])),
+            "fresh_round",
+        )?;
+        (Some(value) != before).then_some(value)
+    });
+    assert!(Some(after) < before, "{after} {before:?}");
+    equal_slices("a writer exited");
+    for w in &writers {
+        let _ = Command::new("kill")
+            .args(["-CONT", &w.child.id().to_string()])
+            .status();
+    }
+}

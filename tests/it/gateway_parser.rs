@@ -12,11 +12,14 @@
 //! processes with vLLM's multiprocess modes. An OpenMetrics answer (what
 //! Prometheus 3.x gets) is not for a text parser, and expfmt 0.39 has no
 //! OpenMetrics parser: its Content-Type and its `# TYPE` lines are checked
-//! instead. docs/gateway-api-inference-extension.md is the guide.
+//! instead. The view `/metrics/endpoint-picker` (issue 34) is fetched with
+//! the URL built both ways EPP's releases build it (a string, and
+//! `url.URL{Path: …}`), and the `?name[]=` path is shown to fail when built
+//! the second way. docs/gateway-api-inference-extension.md is the guide.
 
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Output, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use serde_json::Value;
@@ -311,6 +314,9 @@ kv = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usag
 lora = Gauge("vllm:lora_requests_info", "Running stats on lora requests.",
              ["max_lora", "waiting_lora_adapters", "running_lora_adapters"],
              multiprocess_mode="sum")
+cache = Gauge("vllm:cache_config_info", "Information of the LLMCache",
+              ["block_size", "num_gpu_blocks"], multiprocess_mode="mostrecent")
+cache.labels(block_size="16", num_gpu_blocks="2048").set(1)
 values = {"first": (2, 5, 0.25), "second": (3, 7, 0.5)}[role]
 for gauge, value in zip((waiting, running, kv), values):
     gauge.labels("m", "0").set(value)
@@ -458,6 +464,101 @@ fn go_expfmt_reads_real_prometheus_client_files_under_every_scrapers_accept_head
         .map(|(name, (_, labels))| (name.as_str(), *labels))
         .collect();
     check_every_scraper(&checker, &ray.base, &ray_expected);
+}
+
+/// Runs the Go program with the URL built from `base`'s host and `path` the
+/// way `build` says (`join`: EPP's legacy client; `url`: its data layer's
+/// `url.URL{Path: path}`), Go's default client, no Accept header.
+fn poll_as_epp(checker: &Path, base: &str, path: &str, build: &str, metrics: &[&str]) -> Output {
+    let host = base.strip_prefix("http://").expect("an http:// base");
+    Command::new(checker)
+        .args(["-host", host, "-path", path, "-build", build])
+        .args(["-metrics", &metrics.join(",")])
+        .output()
+        .expect("run expfmt-check")
+}
+
+/// What EPP v1.1 to v1.5.0 reads, with the label names vLLM gives them.
+const CACHE_CONFIG: (&str, &[&str]) = ("vllm:cache_config_info", &["block_size", "num_gpu_blocks"]);
+
+#[test]
+fn epp_reads_the_endpoint_picker_view_whichever_way_it_builds_the_url() {
+    let Some(checker) = expfmt_check() else {
+        return;
+    };
+    let Some(python) = python() else { return };
+    let work = tempfile::tempdir().expect("tempdir");
+    let metrics = work.path().join("metrics");
+    std::fs::create_dir(&metrics).unwrap();
+    let _first = Writer::start(&python, &metrics, "first");
+    let _second = Writer::start(&python, &metrics, "second");
+    let exporter = Exporter::launch(
+        &["--dir", metrics.to_str().unwrap()],
+        &Launch {
+            exact_negotiation: false,
+            ..Launch::default()
+        },
+    );
+    let mut expected = MSP_METRICS.to_vec();
+    expected.push(CACHE_CONFIG);
+    let names: Vec<&str> = expected.iter().map(|(name, _)| *name).collect();
+    for build in ["join", "url"] {
+        let output = poll_as_epp(
+            &checker,
+            &exporter.base,
+            "/metrics/endpoint-picker",
+            build,
+            &names,
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{build}: {stderr}");
+        let report: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+        assert_eq!(
+            report["source"],
+            format!("{}/metrics/endpoint-picker", exporter.base),
+            "{build}"
+        );
+        assert_eq!(report["status"], 200, "{build}: {report:#}");
+        assert_eq!(
+            report["missing"],
+            serde_json::json!([]),
+            "{build}: {report:#}"
+        );
+        // Exactly the view's families that the directory has (no
+        // vllm:gpu_cache_usage_perc here, no own metrics).
+        assert_eq!(report["families_parsed"], 5, "{build}: {report:#}");
+        for (name, labels) in &expected {
+            let family = &report["metrics"][*name];
+            assert_eq!(family["type"], "GAUGE", "{build}: {name}: {report:#}");
+            assert_eq!(
+                family["label_names"],
+                serde_json::json!(labels),
+                "{build}: {name}"
+            );
+        }
+        assert_eq!(
+            report["metrics"]["vllm:num_requests_waiting"]["first_value"],
+            3.0
+        );
+    }
+    // The `?name[]=` path only survives EPP's string join: built as v1.5.0's
+    // data layer builds it, its `?` is escaped into the path, which the
+    // exporter does not serve (404), and EPP gets nothing.
+    let query: Vec<String> = names.iter().map(|n| format!("name[]={n}")).collect();
+    let path = format!("/metrics?{}", query.join("&"));
+    let joined = poll_as_epp(&checker, &exporter.base, &path, "join", &names);
+    assert!(
+        joined.status.success(),
+        "{}",
+        String::from_utf8_lossy(&joined.stderr)
+    );
+    let escaped = poll_as_epp(&checker, &exporter.base, &path, "url", &names);
+    let stderr = String::from_utf8_lossy(&escaped.stderr);
+    assert!(!escaped.status.success(), "the escaped path was served");
+    assert!(
+        stderr.contains("/metrics%3Fname") && stderr.contains("status 404"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -1,5 +1,7 @@
 """Differential test: random multiprocess scenarios written by the real prometheus_client, merged by Python and by
 the exporter's `dump` command, compared byte for byte (text and OpenMetrics, escaping underscores and allow-utf-8).
+Each scenario is also dumped as a view of a random subset of its families (`dump --view`, which reads only those
+families' records) and compared with Python's exposition of those families alone.
 
     target/venv/bin/python tests/python/differential.py --binary target/debug/multiproc-exporter --seed 1 --count 500
 
@@ -19,9 +21,11 @@ one, and keeps the scenario directory (files/, order.txt, expected.*, actual.*, 
 
 import argparse
 import difflib
+import json
 import math
 import os
 import random
+import re
 import shutil
 import struct
 import subprocess
@@ -33,6 +37,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pcharness as H  # noqa: E402
 
 from prometheus_client import Counter, Gauge, Histogram, Summary  # noqa: E402
+
+# The names a view may list (the exporter's `views` take legacy metric names).
+LEGACY_NAME = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*$')
 
 MODES = ('all', 'liveall', 'min', 'livemin', 'max', 'livemax', 'sum', 'livesum', 'mostrecent', 'livemostrecent')
 MOSTRECENT = ('mostrecent', 'livemostrecent')
@@ -345,9 +352,9 @@ def write_scenario(rng, files_dir):
 # Comparison
 # --------------------------------------------------------------------------------------------
 
-def run_binary(binary, fmt, esc, paths):
+def run_binary(binary, fmt, esc, paths, *flags):
     try:
-        p = subprocess.run([binary, 'dump', '--format', fmt, '--escaping', esc, *paths],
+        p = subprocess.run([binary, 'dump', '--format', fmt, '--escaping', esc, *flags, *paths],
                            capture_output=True, timeout=120)
     except subprocess.TimeoutExpired:
         return None, b'timeout after 120 s', 'timeout'
@@ -397,6 +404,8 @@ def main():
     ap.add_argument('--only', type=int, action='append', help='run only this scenario index (repeatable)')
     ap.add_argument('--keep', action='store_true', help='keep every scenario directory, not only failures')
     ap.add_argument('--quiet', action='store_true', help='no progress lines')
+    ap.add_argument('--no-view-mode', action='store_true',
+                    help='skip the extra check of `dump --view` on a random subset of the families')
     ap.add_argument('--no-dir-mode', action='store_true',
                     help='skip the extra check that passes the scenario directory itself to dump')
     args = ap.parse_args()
@@ -458,6 +467,27 @@ def main():
                 problems.append(('dir-' + fmt, esc, dir_outs[(fmt, esc)], actual or b'', stderr,
                                  code if code != 0 or actual != dir_outs[(fmt, esc)] else 'stderr-not-empty'))
                 features.add('dir-order: ' + ' '.join(glob_order))
+        # View mode: `dump --view` reads only a random subset of the families (the records of the others are
+        # never loaded nor merged) and must print exactly those families of the whole exposition.
+        if not args.no_view_mode and order:
+            file_paths = [os.path.join(files_dir, name) for name in order]
+            names = sorted({m.name for m in H.MultiProcessCollector.merge(file_paths)
+                            if LEGACY_NAME.match(m.name)})
+            if names:
+                vrng = random.Random(f'{args.seed}:{index}:view')
+                chosen = vrng.sample(names, vrng.randint(1, len(names)))
+                config = os.path.join(sdir, 'view.yaml')
+                with open(config, 'w') as f:
+                    json.dump({'views': {'differential': chosen}}, f)
+                fmt, esc = H.COMBOS[(index + 1) % len(H.COMBOS)]
+                expected = H.merge_outputs(file_paths, view=set(chosen))[(fmt, esc)]
+                actual, stderr, code = run_binary(binary, fmt, esc, file_paths,
+                                                  '--config', config, '--view', 'differential')
+                if code != 0 or actual != expected or stderr:
+                    problems.append(('view-' + fmt, esc, expected, actual or b'', stderr,
+                                     code if code != 0 or actual != expected else 'stderr-not-empty'))
+                    features.add('view: ' + ' '.join(chosen))
+                feature_counts['view'] = feature_counts.get('view', 0) + 1
         t_bin += time.monotonic() - tb
         if not problems:
             passed += 1
@@ -471,7 +501,7 @@ def main():
                 with open(os.path.join(sdir, H.expected_name(fmt, esc)), 'wb') as f:
                     f.write(expected)
             for fmt, esc, expected, actual, stderr, code in problems:
-                if fmt.startswith('dir-'):
+                if fmt.startswith('dir-') or fmt.startswith('view-'):
                     with open(os.path.join(sdir, H.expected_name(fmt, esc)), 'wb') as f:
                         f.write(expected)
                 with open(os.path.join(sdir, H.expected_name(fmt, esc, 'actual')), 'wb') as f:

@@ -159,12 +159,23 @@ class _FixedCollector:
         return self._metrics
 
 
-def merge_outputs(files, accumulate=True):
-    """Python's exposition for ``files`` merged in the given order: {(fmt, esc): bytes}.
+def in_view(metric, view):
+    """Whether a merged family belongs to a view listing the names ``view`` (the exporter's rule: the family's
+    name, or the name the text format declares for it, ``<name>_total`` for a counter, ``<name>_info`` for an
+    info metric)."""
+    suffix = {'counter': '_total', 'info': '_info'}.get(metric.type)
+    return metric.name in view or (suffix is not None and metric.name + suffix in view)
+
+
+def merge_outputs(files, accumulate=True, view=None):
+    """Python's exposition for ``files`` merged in the given order: {(fmt, esc): bytes}; with ``view`` (a set
+    of names), only the families of that view (:func:`in_view`).
 
     Raises whatever Python raises (corrupt files, ...).
     """
     metrics = list(MultiProcessCollector.merge(list(files), accumulate=accumulate))
+    if view is not None:
+        metrics = [m for m in metrics if in_view(m, view)]
     registry = CollectorRegistry()
     registry.register(_FixedCollector(metrics))
     out = {}

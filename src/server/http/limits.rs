@@ -570,7 +570,14 @@ pub(crate) async fn limit_scrapes(
     request: Request,
     next: Next,
 ) -> Response {
-    if request.uri().path() != limit.telemetry_path {
+    // The metrics path and the views under it.
+    let path = request.uri().path();
+    let scrape = path == limit.telemetry_path
+        || (limit.telemetry_path != "/"
+            && path
+                .strip_prefix(limit.telemetry_path.as_str())
+                .is_some_and(|rest| rest.starts_with('/')));
+    if !scrape {
         return next.run(request).await;
     }
     let _permit = match &limit.slots {

@@ -17,7 +17,17 @@
 // Usage:
 //
 //	expfmt-check -url http://127.0.0.1:9089/metrics [-accept HEADER] [-metrics a,b,...]
+//	expfmt-check -host 127.0.0.1:9089 -path /metrics/endpoint-picker -build join|url [...]
 //	expfmt-check < body.txt
+//
+// With -host, the URL is built from -scheme (http), -host and -path the two
+// ways EPP's releases build it: "join" as the legacy client does
+// (pkg/epp/backend/metrics/metrics.go: the path appended to
+// scheme://host as a string, so a `?` in it starts a query), "url" as the
+// data layer does (v1.5.0 pkg/epp/framework/plugins/datalayer/source/http/
+// datasource.go: `&url.URL{Scheme: ..., Host: ..., Path: path}`, so a `?` in
+// the path is escaped to %3F and is part of the path). The URL used is
+// reported as "source".
 //
 // Without -accept no Accept header is sent (as EPP does); an empty -accept= sends
 // an empty one. An answer whose Content-Type is OpenMetrics
@@ -35,6 +45,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"sort"
 	"strings"
@@ -88,7 +99,27 @@ func main() {
 	accept := flag.String("accept", "", "Accept header to send (default: none, as EPP)")
 	metrics := flag.String("metrics", defaultMetrics, "comma-separated metric names to report")
 	timeout := flag.Duration("timeout", 10*time.Second, "request timeout")
+	scheme := flag.String("scheme", "http", "with -host: the URL's scheme")
+	host := flag.String("host", "", "build the URL from -scheme, -host and -path (instead of -url)")
+	path := flag.String("path", "/metrics", "with -host: the metrics path, as EPP is given it")
+	build := flag.String("build", "join", "with -host: how EPP builds the URL: join (legacy client) or url (url.URL{Path: ...})")
 	flag.Parse()
+	if *host != "" {
+		if *url != "" {
+			fail(2, "-url and -host exclude each other")
+		}
+		switch *build {
+		case "join":
+			joined := fmt.Sprintf("%s://%s%s", *scheme, *host, *path)
+			url = &joined
+		case "url":
+			u := &neturl.URL{Scheme: *scheme, Host: *host, Path: *path}
+			built := u.String()
+			url = &built
+		default:
+			fail(2, "-build is join or url, not %q", *build)
+		}
+	}
 	if flag.NArg() != 0 {
 		fmt.Fprintln(os.Stderr, "expfmt-check: unexpected arguments:", flag.Args())
 		flag.Usage()
