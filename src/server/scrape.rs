@@ -705,7 +705,7 @@ impl Scraper {
 }
 
 /// The gzipped body, or `body` as it is if gzip failed (logged).
-fn gzipped_or_plain(body: Vec<u8>, gzipped: std::io::Result<Vec<u8>>) -> Rendered {
+pub(crate) fn gzipped_or_plain(body: Vec<u8>, gzipped: std::io::Result<Vec<u8>>) -> Rendered {
     match gzipped {
         Ok(body) => Rendered {
             body,

@@ -30,7 +30,9 @@ use crate::expose::encode::{encode, Escaping, Format};
 use crate::expose::memo::Gzipper;
 use crate::model::MetricFamily;
 use crate::pipeline::{self, Source};
-use crate::server::scrape::{Rendered, Request, Scraper, SharedBody, GZIP_MIN_BYTES};
+use crate::server::scrape::{
+    gzipped_or_plain, Rendered, Request, Scraper, SharedBody, GZIP_MIN_BYTES,
+};
 use crate::server::telemetry::self_metrics::{self, SelfMetrics};
 use crate::transform::config::{Config, ConfigError};
 use crate::transform::views::{view_path, Matching, View};
@@ -292,19 +294,8 @@ impl ViewState {
                 gzipped: false,
             };
         }
-        match self.gzipper.gzip(&body) {
-            Ok(body) => Rendered {
-                body,
-                gzipped: true,
-            },
-            Err(e) => {
-                tracing::error!(error = %e, "Cannot gzip the response; sending it uncompressed.");
-                Rendered {
-                    body,
-                    gzipped: false,
-                }
-            }
-        }
+        let gzipped = self.gzipper.gzip(&body);
+        gzipped_or_plain(body, gzipped)
     }
 }
 
