@@ -47,6 +47,10 @@ use crate::expose::encode::{Escaping, Format};
 use crate::expose::memo::{EncodeMemo, Gzipper};
 use crate::insight::Point;
 use crate::model::MetricFamily;
+pub(crate) use crate::pipeline::rendered::{
+    gzipped_or_plain, Rendered, SharedBody, GZIP_MIN_BYTES,
+};
+use crate::pipeline::views::ViewBase;
 use crate::pipeline::{self, Gathered, Source};
 use crate::server::api::{unix_now, Insight, LastCollection};
 use crate::server::telemetry::events::Reporter;
@@ -71,8 +75,6 @@ pub(crate) struct Scraper {
     bodies: Mutex<Bodies>,
     finished: Condvar,
     rechecks: Mutex<Rechecks>,
-    /// The same, for the views' sources (`super::views`), which take them.
-    view_rechecks: Mutex<Rechecks>,
     /// What the last bodies' encodings left to reuse, by format and escaping
     /// (for requests without `?name[]=`).
     memos: Mutex<Vec<EncodeMemo>>,
@@ -162,12 +164,6 @@ impl std::ops::Deref for ServedFamilies {
     }
 }
 
-/// Bodies shorter than this are sent uncompressed even to a client that
-/// accepts gzip: compressing a small answer costs more CPU than sending the
-/// bytes it saves (measured: docs/performance.md, "Compressing small
-/// answers").
-pub(crate) const GZIP_MIN_BYTES: usize = 4096;
-
 /// Scrapes faster than this run on the async worker ([`Scraper::is_quick`]).
 const QUICK_SCRAPE: std::time::Duration = std::time::Duration::from_millis(3);
 
@@ -198,37 +194,6 @@ struct BodyKey {
     escaping: Escaping,
     names: Option<Vec<String>>,
     gzip: bool,
-}
-
-/// An encoded body, gzipped if the request asked for it and gzip worked.
-#[derive(Debug)]
-pub(crate) struct Rendered {
-    /// The bytes to send.
-    pub(crate) body: Vec<u8>,
-    /// Whether `body` is gzipped.
-    pub(crate) gzipped: bool,
-}
-
-/// A shared [`Rendered`] body, as HTTP body bytes without a copy.
-#[derive(Debug, Clone)]
-pub(crate) struct SharedBody(Arc<OnceLock<Rendered>>);
-
-impl SharedBody {
-    /// A body that is not shared.
-    pub(crate) fn alone(rendered: Rendered) -> Self {
-        Self(Arc::new(OnceLock::from(rendered)))
-    }
-
-    /// Whether the body is gzipped.
-    pub(crate) fn gzipped(&self) -> bool {
-        self.0.get().is_some_and(|r| r.gzipped)
-    }
-}
-
-impl AsRef<[u8]> for SharedBody {
-    fn as_ref(&self) -> &[u8] {
-        self.0.get().map_or(&[], |r| r.body.as_slice())
-    }
 }
 
 #[derive(Debug)]
@@ -315,7 +280,6 @@ impl Scraper {
             bodies: Mutex::new(Bodies::default()),
             finished: Condvar::new(),
             rechecks: Mutex::new(Rechecks::default()),
-            view_rechecks: Mutex::new(Rechecks::default()),
             memos: Mutex::new(Vec::new()),
             gzipper: Mutex::new(Gzipper::default()),
             last_render_nanos: AtomicU64::new(0),
@@ -327,45 +291,28 @@ impl Scraper {
     /// Has the next collection check these files with `stat` before
     /// trusting their maps (they were modified: truncated, grown, replaced).
     pub(crate) fn recheck(&self, paths: impl IntoIterator<Item = PathBuf>) {
-        let paths: Vec<PathBuf> = paths.into_iter().collect();
-        for rechecks in [&self.rechecks, &self.view_rechecks] {
-            let mut rechecks = rechecks.lock().unwrap_or_else(|e| e.into_inner());
-            if !rechecks.all {
-                rechecks.paths.extend(paths.iter().cloned());
-                if rechecks.paths.len() > MAX_PENDING_RECHECKS {
-                    rechecks.all = true;
-                    rechecks.paths.clear();
-                }
+        let mut rechecks = self.rechecks.lock().unwrap_or_else(|e| e.into_inner());
+        if !rechecks.all {
+            rechecks.paths.extend(paths);
+            if rechecks.paths.len() > MAX_PENDING_RECHECKS {
+                rechecks.all = true;
+                rechecks.paths.clear();
             }
         }
     }
 
     /// Has the next collection check every file with `stat`.
     pub(crate) fn recheck_all(&self) {
-        for rechecks in [&self.rechecks, &self.view_rechecks] {
-            let mut rechecks = rechecks.lock().unwrap_or_else(|e| e.into_inner());
-            rechecks.all = true;
-            rechecks.paths.clear();
-        }
+        let mut rechecks = self.rechecks.lock().unwrap_or_else(|e| e.into_inner());
+        rechecks.all = true;
+        rechecks.paths.clear();
     }
 
-    /// The rechecks asked for since the views last took them: whether every
-    /// file is to be rechecked, else which.
-    pub(crate) fn take_view_rechecks(&self) -> (bool, Vec<PathBuf>) {
-        let taken =
-            std::mem::take(&mut *self.view_rechecks.lock().unwrap_or_else(|e| e.into_inner()));
-        (taken.all, taken.paths.into_iter().collect())
-    }
-
-    /// A source for a view, reading what this scraper reads but only the
-    /// records `filter` keeps (see [`Source::view`]); `None` where a view
-    /// is cut from a whole collection.
-    pub(crate) fn view_source(
-        &self,
-        filter: crate::transform::views::SourceFilter,
-        process_metrics: bool,
-    ) -> Option<Source> {
-        self.lock().source.view(filter, process_metrics)
+    /// What the views' sources are made from ([`ViewBase`]): this
+    /// scraper's inputs, links, memory budget and writers' policy; `None`
+    /// where a view is cut from a whole collection.
+    pub(crate) fn view_base(&self) -> Option<ViewBase> {
+        self.lock().source.view_base()
     }
 
     fn lock(&self) -> MutexGuard<'_, ScrapeState> {
@@ -701,23 +648,6 @@ impl Scraper {
     /// (With discovered directories, none is awaited: always.)
     pub(crate) fn any_directory_exists(&self) -> bool {
         self.inputs.is_empty() || self.inputs.iter().any(|i| i.path().is_dir())
-    }
-}
-
-/// The gzipped body, or `body` as it is if gzip failed (logged).
-pub(crate) fn gzipped_or_plain(body: Vec<u8>, gzipped: std::io::Result<Vec<u8>>) -> Rendered {
-    match gzipped {
-        Ok(body) => Rendered {
-            body,
-            gzipped: true,
-        },
-        Err(e) => {
-            tracing::error!(error = %e, "Cannot gzip the response; sending it uncompressed.");
-            Rendered {
-                body,
-                gzipped: false,
-            }
-        }
     }
 }
 
