@@ -31,6 +31,8 @@ mod status_page;
 mod status_pods;
 mod telemetry;
 mod views;
+#[cfg(test)]
+mod views_tests;
 
 use crate::server::telemetry::operational::ConfigReload;
 use http::{limits, listen};
