@@ -438,7 +438,11 @@ async fn metrics(
     // blocking receive: never on a worker.
     let inline = match &entry {
         Some(entry) if entry.is_quick() => {
-            views::render_now(&shared.views, entry, &request, shared.own_metrics())
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                views::render_now(&shared.views, entry, &request, shared.own_metrics())
+            }))
+            .ok()
+            .flatten()
         }
         Some(_) => None,
         None if shared_view.is_none()
@@ -450,9 +454,10 @@ async fn metrics(
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 shared
                     .scraper
-                    .render(&request, &config, shared.own_metrics())
+                    .render_now(&request, &config, shared.own_metrics())
             }))
             .ok()
+            .flatten()
         }
         None => None,
     };

@@ -1,7 +1,8 @@
 //! One scrape: read and merge the directories, apply the configuration, add
 //! the self-metrics, restrict to `?name[]=`, encode. Blocking (file I/O); the
 //! HTTP handler runs it on tokio's blocking pool, or on its own worker when
-//! the last scrape took under a few milliseconds ([`Scraper::is_quick`]: a
+//! the last scrape took under a few milliseconds and no collection is in
+//! flight ([`Scraper::is_quick`], [`Scraper::render_now`]: a
 //! polled pod's scrape costs less than the two thread wake-ups of a
 //! hand-over).
 //!
@@ -331,6 +332,26 @@ impl Scraper {
     ) -> SharedBody {
         let start = Instant::now();
         let served = self.coalesced(|| self.collect(config, self_metrics, request.scrape_timeout));
+        self.render_served(request, served, start)
+    }
+
+    /// [`Self::render`] on an async worker: `None` when a collection is in
+    /// flight (it is never waited for here; the scrape is handed over).
+    pub(crate) fn render_now(
+        &self,
+        request: &Request,
+        config: &Arc<Config>,
+        self_metrics: Option<&SelfMetrics>,
+    ) -> Option<SharedBody> {
+        let start = Instant::now();
+        let served =
+            self.try_coalesced(|| self.collect(config, self_metrics, request.scrape_timeout))?;
+        Some(self.render_served(request, served, start))
+    }
+
+    /// The body of `served` for `request`, shared with the concurrent
+    /// scrapes that asked for the same one; the scrape began at `start`.
+    fn render_served(&self, request: &Request, served: Arc<Served>, start: Instant) -> SharedBody {
         let key = BodyKey {
             format: request.format,
             escaping: request.escaping,
@@ -456,7 +477,21 @@ impl Scraper {
     /// for it and returns its result (or, when every scrape is already done
     /// with it, runs another).
     fn coalesced(&self, collect: impl Fn() -> Arc<Served>) -> Arc<Served> {
-        let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        let in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        self.coalesced_from(in_flight, collect)
+    }
+
+    /// [`Self::coalesced`], unless a collection is in flight: then `None`.
+    fn try_coalesced(&self, collect: impl Fn() -> Arc<Served>) -> Option<Arc<Served>> {
+        let in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        (!in_flight.running).then(|| self.coalesced_from(in_flight, collect))
+    }
+
+    fn coalesced_from(
+        &self,
+        mut in_flight: MutexGuard<'_, InFlight>,
+        collect: impl Fn() -> Arc<Served>,
+    ) -> Arc<Served> {
         loop {
             if !in_flight.running {
                 break;
