@@ -34,7 +34,7 @@
 //!   to find, add or drop an entry, never during a collection; whether a
 //!   poll is quick enough to run on the async worker
 //!   ([`ViewEntry::is_quick`]) reads atomics, and such a poll runs only if
-//!   no collection of the view is in flight ([`ViewEntry::families_now`]).
+//!   no collection of the view is in flight ([`ViewSources::families_now`]).
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -68,7 +68,7 @@ pub const QUERY_IDLE: Duration = Duration::from_secs(60);
 
 /// Polls faster than this may run on the async worker
 /// ([`ViewEntry::is_quick`]).
-const QUICK_POLL: Duration = Duration::from_millis(3);
+pub const QUICK_POLL: Duration = Duration::from_millis(3);
 
 /// What a view's source is made from: the main source's inputs, links,
 /// memory budget and writers' policy ([`Source::view_base`]).
