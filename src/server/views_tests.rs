@@ -270,12 +270,22 @@ fn healthy_answers_within_100ms_beside_a_stalled_view_collection_on_one_worker()
     runtime.spawn(async move { axum::serve(listener, app).await });
     let (status, _) = timed_get(address, "/-/healthy");
     assert!(status.contains("200"), "{status}");
-    // Polls of the view while its first collection runs: the first runs
-    // it, the others find it in flight.
-    let polls: Vec<_> = (0..3)
-        .map(|i| {
-            std::thread::sleep(Duration::from_millis(if i == 0 { 0 } else { 100 }));
-            std::thread::spawn(move || timed_get(address, "/metrics/endpoint-picker"))
+    // Polls of the view while its first collection runs (the first runs
+    // it, the others find it in flight), and scrapes of `/metrics` while
+    // its own runs.
+    let paths = [
+        "/metrics/endpoint-picker",
+        "/metrics",
+        "/metrics/endpoint-picker",
+        "/metrics",
+        "/metrics/endpoint-picker",
+    ];
+    let polls: Vec<_> = paths
+        .into_iter()
+        .enumerate()
+        .map(|(i, path)| {
+            std::thread::sleep(Duration::from_millis(if i == 0 { 0 } else { 50 }));
+            std::thread::spawn(move || timed_get(address, path))
         })
         .collect();
     let mut worst = Duration::ZERO;
