@@ -22,7 +22,10 @@
 //!   encoded `&` in a name cannot make two requests one). At most
 //!   [`MAX_KEPT_QUERIES`] sets keep a source, together within
 //!   [`KEPT_QUERIES_BUDGET_SHARE`] of the memory budget, the least recently
-//!   used evicted first. A set that finds no room (every kept one polled
+//!   used evicted first; none is made while the budget is more than
+//!   [`QUERY_ADMISSION_PERCENT`] full, and the kept ones go when it passes
+//!   [`QUERY_EVICTION_PERCENT`], so that they never take what `/metrics`
+//!   needs. A set that finds no room (every kept one polled
 //!   within [`QUERY_IDLE`]) gets no source: the HTTP layer cuts it from the
 //!   shared collection of `/metrics`, as before the views existed, so
 //!   clients rotating more sets than are kept never make a poll a fresh
@@ -61,6 +64,15 @@ pub const MAX_KEPT_QUERIES: usize = 4;
 /// The share of the memory budget (in percent) the kept `?name[]=` sources
 /// may charge together; beyond, the least recently used are evicted.
 pub const KEPT_QUERIES_BUDGET_SHARE: usize = 25;
+
+/// A new `?name[]=` set gets a source only while every reader together
+/// holds at most this share of the memory budget (in percent).
+pub const QUERY_ADMISSION_PERCENT: usize = 75;
+
+/// Beyond this share of the memory budget held by every reader together (in
+/// percent), the kept `?name[]=` sources are evicted, least recently used
+/// first, until it is below or none is left.
+pub const QUERY_EVICTION_PERCENT: usize = 90;
 
 /// A kept `?name[]=` source not polled for this long makes room for a new
 /// set.
@@ -244,6 +256,11 @@ impl ViewSources {
                     entry
                 }
                 None => {
+                    let budget = base.memory_budget.as_deref();
+                    if budget.is_some_and(|b| b.held() > b.limit() / 100 * QUERY_ADMISSION_PERCENT)
+                    {
+                        return None;
+                    }
                     if entries.queries.len() >= MAX_KEPT_QUERIES {
                         let idle = QUERY_IDLE.as_millis() as u64;
                         let oldest = entries.queries[0].last_used.load(Ordering::Relaxed);
@@ -351,7 +368,7 @@ impl ViewSources {
 
     /// Evicts the least recently used `?name[]=` sources while the kept ones
     /// charge more than their share of the memory budget (the last one
-    /// kept stays).
+    /// kept stays), or the budget as a whole is nearly full.
     fn trim(&self, entry: &ViewEntry) {
         let Some(budget) = self.base.as_ref().and_then(|b| b.memory_budget.as_ref()) else {
             return;
@@ -370,6 +387,15 @@ impl ViewSources {
             let evicted = entries.queries.remove(0);
             charged -= evicted.charged.load(Ordering::Relaxed);
             tracing::debug!(view = %evicted.view.name, "Evicted a ?name[]= view's source over its share of the memory budget.");
+        }
+        // The whole budget nearly full: `/metrics` comes first. (An evicted
+        // source gives its budget back when its last poll is done with it.)
+        let full = budget.limit() / 100 * QUERY_EVICTION_PERCENT;
+        let mut held = budget.held();
+        while held > full && !entries.queries.is_empty() {
+            let evicted = entries.queries.remove(0);
+            held = held.saturating_sub(evicted.charged.load(Ordering::Relaxed));
+            tracing::debug!(view = %evicted.view.name, "Evicted a ?name[]= view's source: the memory budget is nearly full.");
         }
     }
 }
@@ -711,6 +737,36 @@ mod tests {
         assert!(views.kept_queries().len() <= MAX_KEPT_QUERIES);
         views.reconfigured(&Arc::new(Config::default()));
         assert_eq!(budget.held(), before);
+    }
+
+    #[test]
+    fn a_name_set_gets_no_source_of_its_own_when_the_budget_is_nearly_full() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = ProcessWriter::new(dir.path(), 1);
+        for i in 0..50 {
+            let counter = writer
+                .counter(&format!("family_{i}"), "Help.", &[("i", &i.to_string())])
+                .unwrap();
+            counter.inc(&mut writer, 1.0).unwrap();
+        }
+        let config = Arc::new(Config::default());
+        let query = View::of_sample_names(&["family_0_total".to_owned()]);
+        // How much the main source holds, measured with room to spare.
+        let roomy = Arc::new(MemoryBudget::new(usize::MAX / 2));
+        let (mut main, _) = sources(dir.path(), Some(roomy.clone()));
+        main.collect_since(None);
+        let needed = roomy.held();
+        // A budget the main source fills to about 80%: above the admission
+        // share, so `/metrics` keeps every file and the set is cut from the
+        // shared collection.
+        let tight = Arc::new(MemoryBudget::new(needed * 100 / 80));
+        let (mut main, views) = sources(dir.path(), Some(tight.clone()));
+        assert!(main.collect_since(None).collection.problems.is_empty());
+        assert!(views.entry(&query, &config).is_none());
+        // With room, the set gets its own.
+        let (mut main, views) = sources(dir.path(), Some(roomy));
+        main.collect_since(None);
+        assert!(views.entry(&query, &config).is_some());
     }
 
     #[test]
