@@ -640,6 +640,19 @@ mod tests {
         (main, views)
     }
 
+    /// A directory of one writer's 50 counters, `family_<i>_total`.
+    fn fifty_counters() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = ProcessWriter::new(dir.path(), 1);
+        for i in 0..50 {
+            let counter = writer
+                .counter(&format!("family_{i}"), "Help.", &[("i", &i.to_string())])
+                .unwrap();
+            counter.inc(&mut writer, 1.0).unwrap();
+        }
+        dir
+    }
+
     /// `/metrics`'s families (transformed) as the main source collects them.
     fn whole(main: &mut Source, config: &Config) -> Vec<MetricFamily> {
         super::super::transform(config, main.collect_since(None).collection.families).0
@@ -712,14 +725,7 @@ mod tests {
 
     #[test]
     fn a_view_source_gives_its_budget_back_when_evicted_reloaded_or_rebuilt() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut writer = ProcessWriter::new(dir.path(), 1);
-        for i in 0..50 {
-            let counter = writer
-                .counter(&format!("family_{i}"), "Help.", &[("i", &i.to_string())])
-                .unwrap();
-            counter.inc(&mut writer, 1.0).unwrap();
-        }
+        let dir = fifty_counters();
         let budget = Arc::new(MemoryBudget::new(usize::MAX / 2));
         let (mut main, views) = sources(dir.path(), Some(budget.clone()));
         let config = Arc::new(Config::default());
@@ -741,14 +747,7 @@ mod tests {
 
     #[test]
     fn a_name_set_gets_no_source_of_its_own_when_the_budget_is_nearly_full() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut writer = ProcessWriter::new(dir.path(), 1);
-        for i in 0..50 {
-            let counter = writer
-                .counter(&format!("family_{i}"), "Help.", &[("i", &i.to_string())])
-                .unwrap();
-            counter.inc(&mut writer, 1.0).unwrap();
-        }
+        let dir = fifty_counters();
         let config = Arc::new(Config::default());
         let query = View::of_sample_names(&["family_0_total".to_owned()]);
         // How much the main source holds, measured with room to spare.
