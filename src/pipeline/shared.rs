@@ -20,7 +20,7 @@
 //! merged anew.
 //!
 //! The configuration's upstreams are fetched while the directory is read
-//! and merged after it ([`crate::source::upstream`]); being part of the
+//! and merged after it (`source::upstream`); being part of the
 //! collection, their fetches are shared by coalesced calls too.
 //!
 //! Nothing here fails a collection: a bad file is left out (the
