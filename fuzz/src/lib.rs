@@ -1232,3 +1232,27 @@ pub fn exposition_parser(data: &[u8]) {
         String::from_utf8_lossy(&twice)
     );
 }
+
+/// `push_answer`: what push parses from a receiver. The first line is a
+/// `Retry-After` value, the rest an OTLP answer body. Properties: neither
+/// parser panics; a `Retry-After` of delay-seconds is that many seconds
+/// (saturating), an HTTP date in the past waits nothing; a partial success
+/// is only reported with rejected points or a message.
+pub fn push_answer(data: &[u8]) {
+    let (header, body) = match data.iter().position(|&b| b == b'\n') {
+        Some(at) => (&data[..at], &data[at + 1..]),
+        None => (data, &[][..]),
+    };
+    let now = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+    if let Some(wait) = multiproc_exporter::sink::parse_retry_after(header, now) {
+        let text = String::from_utf8_lossy(header);
+        let text = text.trim();
+        if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+            let seconds = text.parse::<u64>().unwrap_or(u64::MAX);
+            assert_eq!(wait, std::time::Duration::from_secs(seconds), "{text}");
+        }
+    }
+    if let Some((rejected, message)) = multiproc_exporter::expose::otlp::partial_success(body) {
+        assert!(rejected != 0 || !message.is_empty());
+    }
+}

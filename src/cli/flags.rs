@@ -382,8 +382,32 @@ pub struct PushFlags {
         default_value_t = 240
     )]
     pub queue_capacity: usize,
+    /// The first wait before retrying a failed request; it doubles, with
+    /// jitter, up to --push.max-backoff (Prometheus's remote-write
+    /// min_backoff default).
+    #[arg(
+        long = "push.min-backoff",
+        env = "MULTIPROC_EXPORTER_PUSH_MIN_BACKOFF",
+        value_name = "DURATION",
+        value_parser = parse_duration,
+        default_value = "30ms"
+    )]
+    pub min_backoff: Duration,
+    /// How OTLP sends counters and histograms: `cumulative` (their totals,
+    /// as the Collector's Prometheus receiver maps them) or `delta` (the
+    /// change since the previous push, as the Collector's cumulativetodelta
+    /// processor converts them; for backends that accept only deltas).
+    #[arg(
+        long = "push.otlp-temporality",
+        env = "MULTIPROC_EXPORTER_PUSH_OTLP_TEMPORALITY",
+        value_name = "TEMPORALITY",
+        value_parser = ["cumulative", "delta"],
+        default_value = "cumulative"
+    )]
+    pub otlp_temporality: String,
     /// The longest wait between two retries of a failed request (the wait
-    /// starts at 100ms and doubles).
+    /// starts at --push.min-backoff and doubles); a receiver's Retry-After
+    /// is honoured up to it.
     #[arg(
         long = "push.max-backoff",
         env = "MULTIPROC_EXPORTER_PUSH_MAX_BACKOFF",

@@ -471,7 +471,13 @@ impl PushFlags {
             interval: self.interval,
             timeout: self.timeout,
             queue_capacity: self.queue_capacity,
+            min_backoff: self.min_backoff,
             max_backoff: self.max_backoff,
+            otlp_temporality: if self.otlp_temporality == "delta" {
+                crate::expose::otlp::Temporality::Delta
+            } else {
+                crate::expose::otlp::Temporality::Cumulative
+            },
             flush_deadline: self.flush_deadline,
             labels,
             authorization,

@@ -48,18 +48,40 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use crate::model::{MetricFamily, MetricType, Sample};
 
 const CUMULATIVE: i32 = AggregationTemporality::Cumulative as i32;
+const DELTA: i32 = AggregationTemporality::Delta as i32;
 const NO_RECORDED_VALUE: u32 = DataPointFlags::NoRecordedValueMask as u32;
 
-/// Start times of the cumulative series across collections: `_created`
-/// where served; else the time pushing started, moved to the previous
-/// collection's time when a series' value goes down (a reset, also when it
-/// comes back lower after it disappeared). Remembers each series' last
-/// point to flag it `NO_RECORDED_VALUE` once when it disappears.
+/// Start times of the cumulative series across collections, as OTLP's
+/// data model says for an unknown start: `_created` where served; else a
+/// series' first point has start = time (it claims nothing before it was
+/// seen: a restart of the exporter never puts a counter's whole value in
+/// one interval), and later points keep that start until a reset (a
+/// decrease of a monotonic sum or of a histogram's or summary's count; a
+/// decrease of an info or stateset series is a change, not a reset), whose
+/// point starts at the previous collection's time. With
+/// [`Temporality::Delta`], monotonic sums and histograms are sent as the
+/// change since the previous push (docs/sources.md, "Push (OTLP)").
+/// Remembers each series' last point to flag it `NO_RECORDED_VALUE` once
+/// when it disappears.
 #[derive(Debug)]
 pub struct StartTimes {
-    default_start: u64,
+    /// When pushing started (Unix nanoseconds): a delta series whose
+    /// `_created` is later started while the exporter watched it.
+    started: u64,
+    temporality: Temporality,
     previous_time: u64,
     series: HashMap<String, Track>,
+}
+
+/// How monotonic sums and histograms are sent (`--push.otlp-temporality`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Temporality {
+    /// Their cumulative values (the Prometheus receiver's mapping).
+    #[default]
+    Cumulative,
+    /// The change since the previous push, as the Collector's
+    /// `cumulativetodelta` processor converts them.
+    Delta,
 }
 
 #[derive(Debug)]
@@ -72,6 +94,19 @@ struct Track {
     /// Flagged `NO_RECORDED_VALUE` already; kept to tell a reset when the
     /// series comes back.
     gone: bool,
+    /// With delta temporality: the last cumulative point the deltas are
+    /// taken from.
+    previous: Option<Previous>,
+}
+
+/// A delta series' last cumulative point.
+#[derive(Debug, Clone)]
+struct Previous {
+    time: u64,
+    value: f64,
+    sum: f64,
+    buckets: Vec<u64>,
+    bounds: Vec<f64>,
 }
 
 /// Vanished series remembered beyond the live ones before they are
@@ -84,6 +119,8 @@ struct Stale {
     description: String,
     prometheus_type: &'static str,
     point: StalePoint,
+    /// Its metric's aggregation temporality (sums and histograms).
+    temporality: i32,
 }
 
 #[derive(Debug, Clone)]
@@ -95,20 +132,31 @@ enum StalePoint {
 }
 
 impl StartTimes {
-    /// Start times defaulting to `default_start` (Unix nanoseconds).
-    pub fn new(default_start: u64) -> Self {
+    /// Start times of a push that started at `started` (Unix nanoseconds),
+    /// sending monotonic sums and histograms with `temporality`.
+    pub fn new(started: u64, temporality: Temporality) -> Self {
         Self {
-            default_start,
-            previous_time: default_start,
+            started,
+            temporality,
+            previous_time: started,
             series: HashMap::new(),
         }
     }
 
-    /// The start of the series `key` whose cumulative value is now `value`.
-    fn start(&mut self, key: &str, value: f64, stale: impl FnOnce() -> Stale) -> u64 {
+    /// The start of the series `key` whose cumulative value (a histogram's
+    /// or summary's count) is `value` at `time`; a decrease is a reset only
+    /// when the series is `monotonic`.
+    fn start(
+        &mut self,
+        key: &str,
+        value: f64,
+        time: u64,
+        monotonic: bool,
+        stale: impl FnOnce() -> Stale,
+    ) -> u64 {
         match self.series.get_mut(key) {
             Some(track) => {
-                if value < track.last {
+                if monotonic && value < track.last {
                     track.start = self.previous_time;
                 }
                 track.last = value;
@@ -119,16 +167,108 @@ impl StartTimes {
                 self.series.insert(
                     key.to_owned(),
                     Track {
-                        start: self.default_start,
+                        start: time,
                         last: value,
                         stale: stale(),
                         seen: true,
                         gone: false,
+                        previous: None,
                     },
                 );
-                self.default_start
+                time
             }
         }
+    }
+
+    /// Whether monotonic sums and histograms are sent as deltas.
+    fn delta(&self) -> bool {
+        self.temporality == Temporality::Delta
+    }
+
+    /// The aggregation temporality of monotonic sums and histograms.
+    fn temporality(&self) -> i32 {
+        match self.temporality {
+            Temporality::Cumulative => CUMULATIVE,
+            Temporality::Delta => DELTA,
+        }
+    }
+
+    /// Whether the first point of a delta series is sent (its whole value
+    /// as the first delta): as the Collector's `cumulativetodelta` does by
+    /// default (`initial_value: auto`), only when the series started (its
+    /// `_created`, `created`) after pushing started; otherwise it only sets
+    /// the value the next deltas are taken from.
+    fn first_sent(&self, created: u64, time: u64) -> bool {
+        created != 0 && created >= self.started && created != time
+    }
+
+    /// A monotonic sum's delta point (start, change) for the series `key`
+    /// (already [`Self::start`]ed) at `time`, or `None` when nothing is sent
+    /// (as `cumulativetodelta` does: NaN is skipped; the first point unless
+    /// [`Self::first_sent`]; a point after a reset, a decrease, which only
+    /// sets the value the next deltas are taken from).
+    fn delta_sum(&mut self, key: &str, value: f64, time: u64, created: u64) -> Option<(u64, f64)> {
+        if value.is_nan() {
+            return None;
+        }
+        let first = self.first_sent(created, time);
+        let track = self.series.get_mut(key)?;
+        let now = Previous {
+            time,
+            value,
+            sum: 0.0,
+            buckets: Vec::new(),
+            bounds: Vec::new(),
+        };
+        match track.previous.replace(now) {
+            None => first.then_some((created, value)),
+            Some(previous) => {
+                (value >= previous.value).then_some((previous.time, value - previous.value))
+            }
+        }
+    }
+
+    /// A histogram's delta point, as [`Self::delta_sum`] for sums, except
+    /// that after a reset (a lower count) the point is sent whole, as
+    /// `cumulativetodelta` sends it, and that a change of buckets sends
+    /// nothing. Returns the point's start.
+    fn delta_histogram(
+        &mut self,
+        key: &str,
+        point: &mut HistogramDataPoint,
+        created: u64,
+    ) -> Option<u64> {
+        let first = self.first_sent(created, point.time_unix_nano);
+        let track = self.series.get_mut(key)?;
+        let sum = point.sum.unwrap_or(f64::NAN);
+        let now = Previous {
+            time: point.time_unix_nano,
+            value: point.count as f64,
+            sum: match &track.previous {
+                Some(previous) if sum.is_nan() => previous.sum,
+                _ => sum,
+            },
+            buckets: point.bucket_counts.clone(),
+            bounds: point.explicit_bounds.clone(),
+        };
+        let Some(previous) = track.previous.replace(now) else {
+            return first.then_some(created);
+        };
+        if previous.buckets.len() != point.bucket_counts.len()
+            || previous.bounds != point.explicit_bounds
+        {
+            return None;
+        }
+        if point.count as f64 >= previous.value {
+            point.count -= previous.value as u64;
+            point.sum = point
+                .sum
+                .map(|s| if s.is_nan() { 0.0 } else { s - previous.sum });
+            for (bucket, before) in point.bucket_counts.iter_mut().zip(&previous.buckets) {
+                *bucket = bucket.saturating_sub(*before);
+            }
+        }
+        Some(previous.time)
     }
 
     /// Notes a series that has no start of its own (a gauge), for staleness.
@@ -144,6 +284,7 @@ impl StartTimes {
                         stale: stale(),
                         seen: true,
                         gone: false,
+                        previous: None,
                     },
                 );
             }
@@ -203,12 +344,12 @@ pub fn export_request(
             }),
             StalePoint::Sum(p, is_monotonic) => metric::Data::Sum(Sum {
                 data_points: vec![p],
-                aggregation_temporality: CUMULATIVE,
+                aggregation_temporality: stale.temporality,
                 is_monotonic,
             }),
             StalePoint::Histogram(p) => metric::Data::Histogram(Histogram {
                 data_points: vec![p],
-                aggregation_temporality: CUMULATIVE,
+                aggregation_temporality: stale.temporality,
             }),
             StalePoint::Summary(p) => metric::Data::Summary(Summary {
                 data_points: vec![p],
@@ -391,6 +532,7 @@ fn map_family(family: &MetricFamily, time: u64, starts: &mut StartTimes, out: &m
                     description: help.to_owned(),
                     prometheus_type,
                     point: StalePoint::Gauge(flagged_number(&point)),
+                    temporality: CUMULATIVE,
                 });
                 match by_name.iter_mut().find(|(n, _)| *n == name) {
                     Some((_, points)) => points.push(point),
@@ -434,23 +576,41 @@ fn map_family(family: &MetricFamily, time: u64, starts: &mut StartTimes, out: &m
                 .filter(|s| *s.name == *created_name)
                 .map(|s| (&s.labels, s.value))
                 .collect();
+            // Monotonic sums as deltas when asked; info and stateset stay
+            // cumulative (non-monotonic sums are not converted).
+            let delta = is_monotonic && starts.delta();
+            let temporality = if delta {
+                starts.temporality()
+            } else {
+                CUMULATIVE
+            };
             let mut data_points = Vec::new();
             for sample in family.samples.iter().filter(|s| *s.name == *sample_name) {
                 let attrs = attributes(sample, "");
                 let key = series_key(&name, &attrs);
                 let from_created = created.get(&sample.labels).map_or(0, |&c| nanos(c));
                 let mut point = number_point(attrs, 0, time, sample.value);
-                let tracked = starts.start(&key, sample.value, || Stale {
+                let tracked = starts.start(&key, sample.value, time, is_monotonic, || Stale {
                     name: name.clone(),
                     description: help.to_owned(),
                     prometheus_type,
                     point: StalePoint::Sum(flagged_number(&point), is_monotonic),
+                    temporality,
                 });
                 point.start_time_unix_nano = if from_created != 0 {
                     from_created
                 } else {
                     tracked
                 };
+                if delta {
+                    let Some((start, change)) =
+                        starts.delta_sum(&key, sample.value, time, from_created)
+                    else {
+                        continue;
+                    };
+                    point.start_time_unix_nano = start;
+                    point.value = Some(number_data_point::Value::AsDouble(change));
+                }
                 data_points.push(point);
             }
             if !data_points.is_empty() {
@@ -460,7 +620,7 @@ fn map_family(family: &MetricFamily, time: u64, starts: &mut StartTimes, out: &m
                     prometheus_type,
                     metric::Data::Sum(Sum {
                         data_points,
-                        aggregation_temporality: CUMULATIVE,
+                        aggregation_temporality: temporality,
                         is_monotonic,
                     }),
                 ));
@@ -478,7 +638,7 @@ fn map_family(family: &MetricFamily, time: u64, starts: &mut StartTimes, out: &m
                     "histogram",
                     metric::Data::Histogram(Histogram {
                         data_points,
-                        aggregation_temporality: CUMULATIVE,
+                        aggregation_temporality: starts.temporality(),
                     }),
                 ));
             }
@@ -606,7 +766,8 @@ fn histogram_point(
         explicit_bounds: group.points.iter().map(|p| p.0).collect(),
         ..Default::default()
     };
-    let tracked = starts.start(&key, count, || Stale {
+    let temporality = starts.temporality();
+    let tracked = starts.start(&key, count, time, true, || Stale {
         name: name.to_owned(),
         description: help.to_owned(),
         prometheus_type: "histogram",
@@ -617,11 +778,16 @@ fn histogram_point(
             flags: NO_RECORDED_VALUE,
             ..Default::default()
         }),
+        temporality,
     });
-    point.start_time_unix_nano = match nanos(group.created) {
+    let created = nanos(group.created);
+    point.start_time_unix_nano = match created {
         0 => tracked,
         created => created,
     };
+    if starts.delta() {
+        point.start_time_unix_nano = starts.delta_histogram(&key, &mut point, created)?;
+    }
     Some(point)
 }
 
@@ -649,7 +815,7 @@ fn summary_point(
             .collect(),
         ..Default::default()
     };
-    let tracked = starts.start(&key, count, || Stale {
+    let tracked = starts.start(&key, count, time, true, || Stale {
         name: name.to_owned(),
         description: help.to_owned(),
         prometheus_type: "summary",
@@ -666,6 +832,7 @@ fn summary_point(
             flags: NO_RECORDED_VALUE,
             ..Default::default()
         }),
+        temporality: CUMULATIVE,
     });
     point.start_time_unix_nano = match nanos(group.created) {
         0 => tracked,

@@ -161,7 +161,7 @@ fn served() -> Vec<MetricFamily> {
 
 #[test]
 fn every_type_maps_as_the_prometheus_receiver_maps_it() {
-    let mut starts = StartTimes::new(T0);
+    let mut starts = StartTimes::new(T0, Temporality::Cumulative);
     let resource = pairs(&[
         ("job", "vllm"),
         ("instance", "pod-1:8000"),
@@ -231,7 +231,9 @@ fn every_type_maps_as_the_prometheus_receiver_maps_it() {
         pairs(&[("model_name", "m")])
     );
     assert_eq!(double(&sum.data_points[0]), 10.0);
-    assert_eq!(sum.data_points[0].start_time_unix_nano, T0);
+    // No `_created`: the first point starts at its own time (OTLP's
+    // unknown start), never at when pushing started.
+    assert_eq!(sum.data_points[0].start_time_unix_nano, T1);
     assert_eq!(sum.data_points[0].time_unix_nano, T1);
     assert_eq!(
         sum.data_points[1].start_time_unix_nano,
@@ -257,7 +259,7 @@ fn every_type_maps_as_the_prometheus_receiver_maps_it() {
     assert_eq!(p.explicit_bounds, [0.1, 1.0]);
     assert_eq!(p.bucket_counts, [1, 2, 1]);
     assert_eq!((p.count, p.sum), (4, Some(2.5)));
-    assert_eq!(p.start_time_unix_nano, T0);
+    assert_eq!(p.start_time_unix_nano, T1);
 
     // Summary: quantiles sorted; the one without _count dropped.
     let Some(Data::Summary(s)) = &m[3].data else {
@@ -300,12 +302,12 @@ fn every_type_maps_as_the_prometheus_receiver_maps_it() {
 
 #[test]
 fn start_times_stay_until_a_reset_and_vanished_series_are_flagged_once() {
-    let mut starts = StartTimes::new(T0);
+    let mut starts = StartTimes::new(T0, Temporality::Cumulative);
     let first = export_request(&served(), T1, &[], &mut starts);
     let Some(Data::Sum(sum)) = &metrics(&first)[0].data else {
         panic!()
     };
-    assert_eq!(sum.data_points[0].start_time_unix_nano, T0);
+    assert_eq!(sum.data_points[0].start_time_unix_nano, T1);
 
     // Next collection: the counter of model m went down (a reset), the
     // gauge and the summary are gone.
@@ -329,7 +331,10 @@ fn start_times_stay_until_a_reset_and_vanished_series_are_flagged_once() {
     let Some(Data::Histogram(h)) = &m[1].data else {
         panic!()
     };
-    assert_eq!(h.data_points[0].start_time_unix_nano, T0);
+    assert_eq!(
+        h.data_points[0].start_time_unix_nano, T1,
+        "later points keep the first point's start"
+    );
     // The vanished series, last, flagged NO_RECORDED_VALUE without a value.
     let stale: Vec<&Metric> = m
         .iter()
@@ -375,7 +380,7 @@ fn start_times_stay_until_a_reset_and_vanished_series_are_flagged_once() {
 
 #[test]
 fn the_body_is_gzipped_protobuf_and_partial_success_is_read() {
-    let mut starts = StartTimes::new(T0);
+    let mut starts = StartTimes::new(T0, Temporality::Cumulative);
     let request = export_request(&served(), T1, &pairs(&[("pod", "p")]), &mut starts);
     let body = encode(&request);
     assert_eq!(&body[..2], [0x1f, 0x8b]);
@@ -400,4 +405,155 @@ fn the_body_is_gzipped_protobuf_and_partial_success_is_read() {
     assert_eq!(partial_success(&answer(0, "")), None);
     assert_eq!(partial_success(b""), None);
     assert_eq!(partial_success(b"{}\n"), None);
+}
+
+/// Issue 41: info and stateset are non-monotonic sums; a decrease was
+/// taken for a reset and moved their start.
+#[test]
+fn a_decrease_of_a_stateset_or_info_series_is_a_change_not_a_reset() {
+    let state = |a: f64| {
+        vec![family(
+            "state",
+            MetricType::StateSet,
+            vec![sample("state", &[("state", "a")], a)],
+        )]
+    };
+    let mut starts = StartTimes::new(T0, Temporality::Cumulative);
+    export_request(&state(1.0), T1, &[], &mut starts);
+    let second = export_request(&state(0.0), T2, &[], &mut starts);
+    let Some(Data::Sum(sum)) = &metrics(&second)[0].data else {
+        panic!()
+    };
+    assert!(!sum.is_monotonic);
+    assert_eq!(sum.data_points[0].start_time_unix_nano, T1);
+}
+
+fn counter_and_histogram(
+    total: f64,
+    created: Option<f64>,
+    buckets: [f64; 2],
+    sum: f64,
+) -> Vec<MetricFamily> {
+    let mut counter = vec![sample("c_total", &[], total)];
+    if let Some(created) = created {
+        counter.push(sample("c_created", &[], created));
+    }
+    vec![
+        family("c", MetricType::Counter, counter),
+        family(
+            "h",
+            MetricType::Histogram,
+            vec![
+                sample("h_bucket", &[("le", "1.0")], buckets[0]),
+                sample("h_bucket", &[("le", "+Inf")], buckets[1]),
+                sample("h_count", &[], buckets[1]),
+                sample("h_sum", &[], sum),
+            ],
+        ),
+    ]
+}
+
+/// Issue 41: `--push.otlp-temporality=delta`, as the Collector's
+/// `cumulativetodelta` converts: the first point of a series that started
+/// before pushing is not sent; later points are the change since the
+/// previous push, starting at its time; a counter's reset sends nothing;
+/// a histogram's reset is sent whole; gauges, summaries and non-monotonic
+/// sums stay as they are.
+#[test]
+fn delta_pushes_are_the_changes_since_the_previous_push() {
+    let mut starts = StartTimes::new(T0, Temporality::Delta);
+    let first = export_request(
+        &counter_and_histogram(10.0, None, [1.0, 2.0], 3.0),
+        T1,
+        &[],
+        &mut starts,
+    );
+    assert!(metrics(&first).is_empty(), "{first:?}");
+    let second = export_request(
+        &counter_and_histogram(15.0, None, [2.0, 5.0], 7.5),
+        T2,
+        &[],
+        &mut starts,
+    );
+    let m = metrics(&second);
+    let Some(Data::Sum(sum)) = &m[0].data else {
+        panic!()
+    };
+    assert_eq!(sum.aggregation_temporality, DELTA);
+    assert!(sum.is_monotonic);
+    assert_eq!(double(&sum.data_points[0]), 5.0);
+    assert_eq!(
+        (
+            sum.data_points[0].start_time_unix_nano,
+            sum.data_points[0].time_unix_nano
+        ),
+        (T1, T2)
+    );
+    let Some(Data::Histogram(h)) = &m[1].data else {
+        panic!()
+    };
+    assert_eq!(h.aggregation_temporality, DELTA);
+    let p = &h.data_points[0];
+    assert_eq!(
+        (p.count, p.sum, p.bucket_counts.clone()),
+        (3, Some(4.5), vec![1, 2])
+    );
+    assert_eq!(p.start_time_unix_nano, T1);
+
+    // A reset: the counter sends nothing this time, the histogram its whole
+    // new value; the next push takes its change from there.
+    let t3 = T2 + 15_000_000_000;
+    let third = export_request(
+        &counter_and_histogram(2.0, None, [1.0, 1.0], 0.5),
+        t3,
+        &[],
+        &mut starts,
+    );
+    let m = metrics(&third);
+    assert_eq!(m.len(), 1, "{m:?}");
+    let Some(Data::Histogram(h)) = &m[0].data else {
+        panic!()
+    };
+    assert_eq!(
+        (h.data_points[0].count, h.data_points[0].sum),
+        (1, Some(0.5))
+    );
+    let t4 = t3 + 15_000_000_000;
+    let fourth = export_request(
+        &counter_and_histogram(6.0, None, [1.0, 1.0], 0.5),
+        t4,
+        &[],
+        &mut starts,
+    );
+    let Some(Data::Sum(sum)) = &metrics(&fourth)[0].data else {
+        panic!()
+    };
+    assert_eq!(double(&sum.data_points[0]), 4.0);
+
+    // A series created after pushing started: its first value is sent.
+    let mut starts = StartTimes::new(T0, Temporality::Delta);
+    let created = (T0 as f64 / 1e9) + 5.0;
+    let first = export_request(
+        &counter_and_histogram(10.0, Some(created), [1.0, 2.0], 3.0),
+        T1,
+        &[],
+        &mut starts,
+    );
+    let Some(Data::Sum(sum)) = &metrics(&first)[0].data else {
+        panic!()
+    };
+    assert_eq!(double(&sum.data_points[0]), 10.0);
+
+    // Gauges, summaries and stateset stay cumulative in delta mode.
+    let mut starts = StartTimes::new(T0, Temporality::Delta);
+    let request = export_request(&served(), T1, &[], &mut starts);
+    for metric in metrics(&request) {
+        match &metric.data {
+            Some(Data::Sum(s)) if !s.is_monotonic => {
+                assert_eq!(s.aggregation_temporality, CUMULATIVE)
+            }
+            Some(Data::Gauge(_)) | Some(Data::Summary(_)) | Some(Data::Sum(_)) => {}
+            other => panic!("{other:?}"),
+        }
+    }
 }

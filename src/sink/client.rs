@@ -56,33 +56,43 @@ pub(crate) struct Failed {
     pub(crate) reason: FailureReason,
     pub(crate) detail: String,
     pub(crate) retry_after: Option<Duration>,
+    /// The HTTP status, if the receiver answered.
+    pub(crate) status: Option<u16>,
+    /// Whether the same request may be sent again (the protocol's rules:
+    /// [`Protocol::retries_status`]; transport errors and timeouts are).
+    pub(crate) retried: bool,
 }
 
 impl From<Failure> for Failed {
     fn from((reason, detail): Failure) -> Self {
         Self {
+            retried: reason.retried(),
             reason,
             detail,
             retry_after: None,
+            status: None,
         }
     }
 }
 
-/// The longest `Retry-After` honoured (a receiver asking for more is
-/// retried after this).
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(600);
-
-/// `Retry-After` as seconds or an HTTP date, from now.
+/// `Retry-After` as seconds or an HTTP date, from now (the sender bounds
+/// it by its backoff: `sink::push`).
 pub(crate) fn retry_after(value: Option<&HeaderValue>) -> Option<Duration> {
-    let value = value?.to_str().ok()?.trim();
-    let wait = match value.parse::<u64>() {
-        Ok(seconds) => Duration::from_secs(seconds),
-        Err(_) => httpdate::parse_http_date(value)
-            .ok()?
-            .duration_since(std::time::SystemTime::now())
-            .unwrap_or_default(),
-    };
-    Some(wait.min(MAX_RETRY_AFTER))
+    parse_retry_after(value?.as_bytes(), std::time::SystemTime::now())
+}
+
+/// `Retry-After`'s value (delay-seconds or an HTTP date) as a wait from
+/// `now`; `None` when it is neither. Public for the fuzz target.
+pub fn parse_retry_after(value: &[u8], now: std::time::SystemTime) -> Option<Duration> {
+    let value = std::str::from_utf8(value).ok()?.trim();
+    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        // Longer than u64: wait as long as anything may.
+        return Some(Duration::from_secs(
+            value.parse::<u64>().unwrap_or(u64::MAX),
+        ));
+    }
+    let date = httpdate::parse_http_date(value).ok()?;
+    Some(date.duration_since(now).unwrap_or_default())
 }
 
 impl Client {
@@ -168,6 +178,7 @@ impl Client {
         } else {
             FailureReason::Rejected
         };
+        let retried = self.protocol.retries_status(status.as_u16());
         // OTLP answers errors with a protobuf `Status`: only text is logged.
         let text = match std::str::from_utf8(&body[..body.len().min(512)]) {
             Ok(text) => text.trim().to_owned(),
@@ -176,7 +187,9 @@ impl Client {
         Err(Failed {
             reason,
             detail: format!("HTTP {status}: {text}"),
-            retry_after: wait.filter(|_| reason.retried()),
+            retry_after: wait.filter(|_| retried),
+            status: Some(status.as_u16()),
+            retried,
         })
     }
 

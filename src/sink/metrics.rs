@@ -202,7 +202,7 @@ impl PushMetrics {
         );
         family(
             "push_failures",
-            "Requests that failed, by reason (connection, timeout, http_429 and http_5xx are retried with backoff; http_4xx is dropped).",
+            "Requests that failed, by reason (connection, timeout and http_429 are retried with backoff; http_5xx too for remote write, and for OTLP only 502, 503 and 504; the rest is dropped).",
             Counter,
             &|m| {
                 FailureReason::ALL
@@ -215,7 +215,7 @@ impl PushMetrics {
         );
         family(
             "push_collections_dropped",
-            "Collections dropped without being sent, by reason (queue_full: the oldest made room in a full queue; rejected: the receiver answered 4xx; shutdown: still queued when the final flush's deadline passed).",
+            "Collections dropped without being sent, by reason (queue_full: the oldest made room in a full queue; rejected: the receiver answered a status the protocol does not retry; shutdown: still queued when the final flush's deadline passed).",
             Counter,
             &|m| {
                 DropReason::ALL

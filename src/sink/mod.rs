@@ -14,7 +14,7 @@ pub(crate) mod metrics;
 mod protocol;
 pub mod push;
 
-pub use client::Authorization;
+pub use client::{parse_retry_after, Authorization};
 
 use std::ops::Deref;
 use std::time::{SystemTime, UNIX_EPOCH};

@@ -36,4 +36,38 @@ impl Protocol {
             Self::Otlp => "the OTLP receiver",
         }
     }
+
+    /// Whether a request answered with HTTP `status` (not 2xx) may be sent
+    /// again. Remote write: 429 and every 5xx, as Prometheus retries them.
+    /// OTLP/HTTP: only 429, 502, 503 and 504, as the OTLP specification
+    /// says ("Failures"); after any other status the same data will not be
+    /// accepted, so it is dropped.
+    pub(crate) fn retries_status(self, status: u16) -> bool {
+        match self {
+            Self::RemoteWrite => status == 429 || (500..600).contains(&status),
+            Self::Otlp => matches!(status, 429 | 502 | 503 | 504),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn otlp_retries_only_429_502_503_504_and_remote_write_every_5xx() {
+        for status in [429, 502, 503, 504] {
+            assert!(Protocol::Otlp.retries_status(status), "{status}");
+            assert!(Protocol::RemoteWrite.retries_status(status), "{status}");
+        }
+        for status in [500, 501, 505, 400, 404, 413] {
+            assert!(!Protocol::Otlp.retries_status(status), "{status}");
+        }
+        for status in [500, 501, 505] {
+            assert!(Protocol::RemoteWrite.retries_status(status), "{status}");
+        }
+        for status in [400, 404, 413] {
+            assert!(!Protocol::RemoteWrite.retries_status(status), "{status}");
+        }
+    }
 }

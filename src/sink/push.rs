@@ -11,15 +11,27 @@
 //! collections. Each destination's sender sends its queue oldest first, one
 //! collection per request, so each series gets its samples in timestamp
 //! order (Prometheus rejects a whole request with an out-of-order sample).
-//! Connection errors, timeouts, 429 and 5xx are retried with exponential
-//! backoff (doubling from 100 ms up to `--push.max-backoff`), or after the
-//! receiver's `Retry-After` when it gives one; any other 4xx drops the
-//! collection (sending it again would fail again). An OTLP receiver's
+//! Never more than one request is in flight per destination.
+//!
+//! What is retried follows each protocol's rules
+//! (`Protocol::retries_status`): remote write retries connection errors,
+//! timeouts, 429 and every 5xx, as Prometheus does; OTLP/HTTP retries
+//! connection errors, timeouts, 429, 502, 503 and 504 only, as the OTLP
+//! specification says. Any other answer drops the collection at once
+//! (sending it again would fail again), counted (`reason="rejected"`) and
+//! logged once per status; the next collection is sent right after. A retry
+//! waits with exponential backoff and jitter (`Backoff`, as the
+//! OpenTelemetry Collector's exporter helper jitters): from
+//! `--push.min-backoff` (30 ms) doubling up to `--push.max-backoff` (5 s),
+//! Prometheus's remote-write queue's defaults. A receiver's `Retry-After`
+//! (seconds or an HTTP date) is honoured as the least wait, never below
+//! the backoff nor above `--push.max-backoff`, so `503` with
+//! `Retry-After: 0` cannot make a loop of requests. An OTLP receiver's
 //! partial success (points it rejected in an accepted request) is counted
 //! and logged. When a queue is full the oldest collection makes room for
 //! the newest and is counted as dropped. One log line per change of state
-//! (sending ↔ failing, the queue starting to overflow, a new partial-success
-//! message), not one per attempt.
+//! (sending ↔ failing with another reason or status, the queue starting to
+//! overflow, a new partial-success message), not one per attempt.
 //!
 //! At shutdown one last collection is queued and the senders get
 //! `--push.flush-deadline` to empty the queues (retrying at once rather than
@@ -41,9 +53,6 @@ pub use super::protocol::Protocol;
 use super::{unix_now, Feed};
 use crate::expose::{otlp, remote_write};
 
-/// The first backoff after a failure; it doubles up to the maximum.
-const MIN_BACKOFF: Duration = Duration::from_millis(100);
-
 /// Settings of `--push.*`, validated.
 #[derive(Debug, Clone)]
 pub struct PushSettings {
@@ -57,8 +66,13 @@ pub struct PushSettings {
     pub timeout: Duration,
     /// Collections kept while the receiver cannot take them (at least 1).
     pub queue_capacity: usize,
+    /// The first wait before a retry; it doubles up to `max_backoff`.
+    pub min_backoff: Duration,
     /// The longest wait between retries.
     pub max_backoff: Duration,
+    /// How OTLP sends monotonic sums and histograms
+    /// (`--push.otlp-temporality`).
+    pub otlp_temporality: otlp::Temporality,
     /// Time the last collections get to be sent at shutdown.
     pub flush_deadline: Duration,
     /// Labels added to every series that lacks them (remote write), or the
@@ -129,10 +143,10 @@ enum Encoder {
 }
 
 impl Encoder {
-    fn new(protocol: Protocol, started_nanos: u64) -> Self {
+    fn new(protocol: Protocol, started_nanos: u64, temporality: otlp::Temporality) -> Self {
         match protocol {
             Protocol::RemoteWrite => Self::RemoteWrite { last_timestamp: 0 },
-            Protocol::Otlp => Self::Otlp(otlp::StartTimes::new(started_nanos)),
+            Protocol::Otlp => Self::Otlp(otlp::StartTimes::new(started_nanos, temporality)),
         }
     }
 
@@ -228,14 +242,14 @@ async fn run<F: Feed>(
             protocol,
             queue.clone(),
             client,
-            settings.max_backoff,
+            Backoff::new(settings.min_backoff, settings.max_backoff),
         ));
         destinations.push(Destination {
             protocol,
             queue,
             sender,
         });
-        encoders.push(Encoder::new(protocol, started));
+        encoders.push(Encoder::new(protocol, started, settings.otlp_temporality));
     }
     let mut ticker = tokio::time::interval(settings.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -243,6 +257,7 @@ async fn run<F: Feed>(
         feed: feed.clone(),
         labels: Arc::new(settings.labels.clone()),
         encoders,
+        temporality: settings.otlp_temporality,
         seq: 0,
     };
     loop {
@@ -291,6 +306,7 @@ struct Collector<F> {
     labels: Arc<Vec<(String, String)>>,
     /// One per destination, in the same order.
     encoders: Vec<Encoder>,
+    temporality: otlp::Temporality,
     seq: u64,
 }
 
@@ -318,7 +334,7 @@ impl<F: Feed> Collector<F> {
                 let now = nanos(unix_now());
                 self.encoders = destinations
                     .iter()
-                    .map(|d| Encoder::new(d.protocol, now))
+                    .map(|d| Encoder::new(d.protocol, now, self.temporality))
                     .collect();
                 return;
             }
@@ -354,17 +370,67 @@ impl<F: Feed> Collector<F> {
     }
 }
 
+/// The waits between retries: exponential, with jitter, within bounds.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Backoff {
+    min: Duration,
+    max: Duration,
+    /// The next wait before jitter.
+    next: Duration,
+}
+
+impl Backoff {
+    /// From `min` doubling up to `max` (at least `min`).
+    pub(crate) fn new(min: Duration, max: Duration) -> Self {
+        let min = min.max(Duration::from_millis(1));
+        let max = max.max(min);
+        Self {
+            min,
+            max,
+            next: min,
+        }
+    }
+
+    /// The wait before the next retry, at least `retry_after` (the
+    /// receiver's `Retry-After`), within `[min, max]`: the backoff with a
+    /// jitter of ±50 % (`jitter` in `[0, 1)`), as the OpenTelemetry
+    /// Collector's exporter helper randomizes it; the backoff then doubles
+    /// from that wait.
+    pub(crate) fn after(&mut self, retry_after: Option<Duration>, jitter: f64) -> Duration {
+        let jittered = self.next.mul_f64(0.5 + jitter.clamp(0.0, 1.0));
+        let wait = jittered
+            .max(retry_after.unwrap_or_default())
+            .clamp(self.min, self.max);
+        self.next = (wait * 2).clamp(self.min, self.max);
+        wait
+    }
+
+    /// A request went through: the next failure starts from the minimum.
+    pub(crate) fn reset(&mut self) {
+        self.next = self.min;
+    }
+}
+
+/// A number in `[0, 1)` for the jitter, from the standard library's
+/// randomly keyed hasher (no generator of our own; a new key each call).
+fn jitter() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let bits = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    (bits >> 11) as f64 / (1u64 << 53) as f64
+}
+
 /// Sends the queue's batches oldest first, forever (aborted at shutdown).
 async fn send<F: Feed>(
     feed: Arc<F>,
     protocol: Protocol,
     queue: Arc<Queue>,
     client: client::Client,
-    max_backoff: Duration,
+    mut backoff: Backoff,
 ) {
     let metrics: &DestinationMetrics = feed.push_metrics().of(protocol);
-    let mut backoff = MIN_BACKOFF;
-    let mut failing: Option<FailureReason> = None;
+    let mut failing: Option<(FailureReason, Option<u16>)> = None;
     let mut partial: Option<String> = None;
     loop {
         let front = queue.lock().batches.front().cloned();
@@ -387,7 +453,7 @@ async fn send<F: Feed>(
                 metrics.sent(batch.samples, batch.body.len(), unix_now(), seconds);
                 remove(&queue);
                 queue.lock().overflowing = false;
-                backoff = MIN_BACKOFF;
+                backoff.reset();
                 if failing.take().is_some() {
                     tracing::info!(
                         protocol = protocol.label(),
@@ -415,25 +481,26 @@ async fn send<F: Feed>(
             Err(failed) => {
                 let reason = failed.reason;
                 metrics.failed(reason, seconds);
-                if failing != Some(reason) {
+                if failing != Some((reason, failed.status)) {
                     tracing::warn!(
                         protocol = protocol.label(),
                         reason = reason.label(),
+                        status = failed.status,
                         error = %failed.detail,
-                        retried = reason.retried(),
+                        retried = failed.retried,
                         "Pushing fails: {} did not accept a request.",
                         protocol.receiver()
                     );
-                    failing = Some(reason);
+                    failing = Some((reason, failed.status));
                 }
-                if reason.retried() {
-                    let wait = failed.retry_after.unwrap_or(backoff);
+                if failed.retried {
+                    let wait = backoff.after(failed.retry_after, jitter());
                     tokio::select! {
                         _ = tokio::time::sleep(wait) => {}
                         _ = queue.hurry.notified() => {}
                     }
-                    backoff = (backoff * 2).min(max_backoff.max(MIN_BACKOFF));
                 } else {
+                    // Dropped at once: the next collection is not held up.
                     metrics.dropped(DropReason::Rejected, batch.samples);
                     remove(&queue);
                 }

@@ -107,7 +107,9 @@ fn settings() -> PushSettings {
         interval: Duration::from_millis(50),
         timeout: Duration::from_secs(5),
         queue_capacity: 100,
+        min_backoff: Duration::from_millis(30),
         max_backoff: Duration::from_millis(50),
+        otlp_temporality: otlp::Temporality::Cumulative,
         flush_deadline: Duration::from_secs(2),
         labels: Vec::new(),
         headers: Vec::new(),
@@ -275,12 +277,14 @@ async fn otlp_honours_retry_after_counts_partial_success_and_gets_the_same_colle
             username: "u".into(),
             password_file: password,
         }),
+        // Retry-After is honoured up to the maximum backoff.
+        max_backoff: Duration::from_secs(5),
         ..settings()
     };
     push_until(&feed, settings, || otlp_received.lock().unwrap().len() >= 5).await;
 
     let otlp_received = otlp_received.lock().unwrap().clone();
-    // The 503's Retry-After (1 s) was waited for, not the 100 ms backoff.
+    // The 503's Retry-After (1 s) was waited for, not the 30 ms backoff.
     assert_eq!(otlp_received[0].2, otlp_received[1].2);
     assert!(otlp_received[1].0 - otlp_received[0].0 >= Duration::from_secs(1));
     let mut otlp_values = Vec::new();
@@ -343,11 +347,12 @@ async fn otlp_honours_retry_after_counts_partial_success_and_gets_the_same_colle
 use opentelemetry_proto::tonic::metrics::v1::number_data_point;
 
 #[test]
-fn retry_after_is_seconds_or_an_http_date_and_capped() {
+fn retry_after_is_seconds_or_an_http_date() {
     use axum::http::HeaderValue;
     let parse = |v: &str| super::client::retry_after(Some(&HeaderValue::from_str(v).unwrap()));
     assert_eq!(parse("7"), Some(Duration::from_secs(7)));
-    assert_eq!(parse("86400"), Some(Duration::from_secs(600)));
+    // Bounded by the sender's backoff (`Backoff::after`), not here.
+    assert_eq!(parse("86400"), Some(Duration::from_secs(86400)));
     assert_eq!(parse("Sun, 06 Nov 1994 08:49:37 GMT"), Some(Duration::ZERO));
     assert_eq!(parse("soon"), None);
     let later = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(120));
@@ -356,4 +361,41 @@ fn retry_after_is_seconds_or_an_http_date_and_capped() {
         wait > Duration::from_secs(100) && wait <= Duration::from_secs(120),
         "{wait:?}"
     );
+}
+
+/// Issue 41: `503` with `Retry-After: 0` made a tight loop (750 requests a
+/// second); `Retry-After` is now the least wait, within the backoff's
+/// bounds, which double with jitter.
+#[test]
+fn the_backoff_doubles_with_jitter_and_bounds_retry_after() {
+    let (min, max) = (Duration::from_millis(30), Duration::from_secs(5));
+    let mut backoff = Backoff::new(min, max);
+    // Retry-After: 0 waits the backoff, doubling from 30 ms up to 5 s.
+    let waits: Vec<Duration> = (0..12)
+        .map(|_| backoff.after(Some(Duration::ZERO), 0.5))
+        .collect();
+    assert_eq!(waits[0], min);
+    assert_eq!(waits[1], min * 2);
+    assert_eq!(*waits.last().unwrap(), max);
+    let total: Duration = waits[..9].iter().sum();
+    assert!(total >= Duration::from_secs(7), "{waits:?}");
+    // Jitter: ±50 %, never past the bounds.
+    let mut backoff = Backoff::new(min, max);
+    backoff.after(None, 0.5);
+    let low = backoff.after(None, 0.0);
+    let mut other = Backoff::new(min, max);
+    other.after(None, 0.5);
+    let high = other.after(None, 0.999);
+    assert!(low < high && low >= min && high <= max, "{low:?} {high:?}");
+    // A long Retry-After is honoured up to the maximum, a short one is a floor.
+    let mut backoff = Backoff::new(min, max);
+    assert_eq!(backoff.after(Some(Duration::from_secs(3600)), 0.5), max);
+    let mut backoff = Backoff::new(min, max);
+    assert_eq!(
+        backoff.after(Some(Duration::from_secs(1)), 0.5),
+        Duration::from_secs(1)
+    );
+    // A success starts again from the minimum.
+    backoff.reset();
+    assert_eq!(backoff.after(None, 0.5), min);
 }

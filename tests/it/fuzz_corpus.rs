@@ -102,3 +102,8 @@ fn multi_file_container_round_trips() {
 fn exposition_parser_corpus() {
     replay("exposition_parser", harness::exposition_parser);
 }
+
+#[test]
+fn push_answer_corpus() {
+    replay("push_answer", harness::push_answer);
+}

@@ -67,8 +67,10 @@ impl Receiver {
 
     /// Every request received so far, decoded.
     fn requests(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.out)
-            .unwrap_or_default()
+        let text = std::fs::read_to_string(&self.out).unwrap_or_default();
+        // Only whole lines: the receiver may be writing the last one.
+        let whole = text.rfind('\n').map_or("", |end| &text[..end]);
+        whole
             .lines()
             .map(|l| serde_json::from_str(l).expect("a JSON line"))
             .collect()
@@ -591,4 +593,238 @@ fn the_demo_delivers_its_families_over_otlp() {
             assert_eq!(Some(counts), p["count"].as_u64(), "{}: {p}", m["name"]);
         }
     }
+}
+
+/// Issue 41: `503` with `Retry-After: 0` made 7,530 requests in 10 s (a
+/// tight loop against a receiver that said it is overloaded). Now the
+/// backoff (30 ms doubling to 5 s, jittered) is the least wait.
+#[test]
+fn a_503_with_retry_after_0_for_10_s_gives_a_few_tens_of_requests() {
+    let Some(python) = python() else { return };
+    let work = tempfile::tempdir().expect("tempdir");
+    let dir = work.path().join("multiproc");
+    std::fs::create_dir(&dir).expect("mkdir");
+    write_counter(&dir, "100", 1.0);
+    let receiver = Receiver::start_with(
+        &python,
+        &work.path().join("otlp.jsonl"),
+        0,
+        &["--status", "503", "--retry-after", "0"],
+    );
+    let exporter = Exporter::start(&[
+        "--dir",
+        dir.to_str().expect("utf-8"),
+        "--push.otlp-url",
+        &receiver.url(),
+        "--push.interval",
+        "1s",
+    ]);
+    wait_for("a first request", || {
+        (!receiver.requests().is_empty()).then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(10));
+    let requests = receiver.requests().len();
+    assert!(
+        (3..=40).contains(&requests),
+        "{requests} requests in about 10 s"
+    );
+    assert_eq!(exporter.get("/-/healthy").status, 200);
+}
+
+/// Issue 41: after a `500` OTLP/HTTP allows no retry (only 429, 502, 503
+/// and 504), yet it was retried with backoff while the batch held back
+/// every newer collection. Now it is dropped at once, counted as
+/// `rejected`, logged once, and the next collection goes out on time.
+#[test]
+fn a_500_is_not_retried_for_otlp_and_the_next_collection_is_not_held_up() {
+    let Some(python) = python() else { return };
+    let work = tempfile::tempdir().expect("tempdir");
+    let dir = work.path().join("multiproc");
+    std::fs::create_dir(&dir).expect("mkdir");
+    write_counter(&dir, "100", 1.0);
+    let receiver = Receiver::start(&python, &work.path().join("otlp.jsonl"), 0, 500);
+    let exporter = Exporter::start(&[
+        "--dir",
+        dir.to_str().expect("utf-8"),
+        "--push.otlp-url",
+        &receiver.url(),
+        "--push.interval",
+        "1s",
+    ]);
+    let requests = wait_for("four collections", || {
+        let requests = receiver.requests();
+        (requests.len() >= 4).then_some(requests)
+    });
+    // Each request a new collection (no retry of the same one).
+    let times: Vec<u64> = requests
+        .iter()
+        .map(|r| {
+            counter_point(r)
+                .and_then(|p| p["time"].as_u64())
+                .expect("a counter point")
+        })
+        .collect();
+    for pair in times.windows(2) {
+        assert!(
+            pair[1] > pair[0] && pair[1] - pair[0] < 2_500_000_000,
+            "{times:?}"
+        );
+    }
+    let body = exporter.metrics();
+    let dropped: f64 = body
+        .lines()
+        .filter(|l| {
+            l.starts_with("multiproc_exporter_push_collections_dropped_total{")
+                && l.contains("protocol=\"otlp\"")
+                && l.contains("reason=\"rejected\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(dropped >= 3.0, "{body}");
+    let logged = exporter.logs_with("Pushing fails: the OTLP receiver did not accept a request.");
+    assert_eq!(logged.len(), 1, "{:#?}", exporter.logs());
+    assert_eq!(logged[0]["status"], 500);
+    assert_eq!(logged[0]["retried"], false);
+}
+
+/// Issue 41: a counter without `_created` got the time pushing started as
+/// its start, so every restart of the exporter claimed the counter's whole
+/// lifetime count for its first interval. Its first point now starts at its
+/// own time (OTLP's unknown start) and later points keep that start.
+#[test]
+fn a_restart_of_the_exporter_does_not_claim_a_counters_whole_value_in_one_interval() {
+    let Some(python) = python() else { return };
+    let work = tempfile::tempdir().expect("tempdir");
+    let dir = work.path().join("multiproc");
+    std::fs::create_dir(&dir).expect("mkdir");
+    write_counter(&dir, "100", 1000.0);
+    for run in 0..2 {
+        let receiver = Receiver::start(
+            &python,
+            &work.path().join(format!("otlp-{run}.jsonl")),
+            0,
+            200,
+        );
+        let exporter = pushing_exporter(&dir, &receiver.url(), &[]);
+        let requests = wait_for("two pushes", || {
+            let requests = receiver.requests();
+            (requests.len() >= 2).then_some(requests)
+        });
+        let first = counter_point(&requests[0]).expect("a counter point");
+        assert_eq!(first["start"], first["time"], "run {run}: {first}");
+        let second = counter_point(&requests[1]).expect("a counter point");
+        assert_eq!(second["start"], first["time"], "run {run}: {second}");
+        drop(exporter);
+    }
+}
+
+/// A histogram's count and sum, and a counter's value, by series, over a
+/// request's points (delta or cumulative).
+fn counters_and_histograms(request: &Value) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for metric in metrics(request) {
+        let name = metric["name"].as_str().unwrap_or_default();
+        if name.starts_with("multiproc_exporter") {
+            continue;
+        }
+        for point in metric["points"].as_array().into_iter().flatten() {
+            let series = format!("{name}{:?}", attributes(point));
+            match metric["type"].as_str() {
+                Some("sum") if metric["monotonic"] == true => {
+                    out.insert(series, float(&point["value"]));
+                }
+                Some("histogram") => {
+                    out.insert(
+                        format!("{series}_count"),
+                        point["count"].as_f64().unwrap_or(0.0),
+                    );
+                    out.insert(format!("{series}_sum"), float(&point["sum"]));
+                }
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// Issue 41: `--push.otlp-temporality=delta`. Real prometheus_client
+/// writers' counters and histograms, pushed as deltas (temporality 1),
+/// add up over the pushes to the change of prometheus_client's cumulative
+/// values since the first push (whose points, for series that started
+/// before pushing did, only set the base, as `cumulativetodelta` does).
+#[test]
+fn delta_pushes_of_real_writers_add_up_to_the_cumulative_values() {
+    let Some(python) = python() else { return };
+    let work = tempfile::tempdir().expect("tempdir");
+    let dir = work.path().join("multiproc");
+    std::fs::create_dir(&dir).expect("mkdir");
+    write_with_prometheus_client(&python, &dir);
+    let cumulative_out = work.path().join("cumulative.jsonl");
+    let delta_out = work.path().join("delta.jsonl");
+    let cumulative = Receiver::start(&python, &cumulative_out, 0, 200);
+    let delta = Receiver::start(&python, &delta_out, 0, 200);
+    let _cumulative_exporter = pushing_exporter(&dir, &cumulative.url(), &[]);
+    let _delta_exporter =
+        pushing_exporter(&dir, &delta.url(), &["--push.otlp-temporality", "delta"]);
+    // The base: each exporter's first push, before the writers write more.
+    wait_for("first pushes", || {
+        (!cumulative.requests().is_empty() && !delta.requests().is_empty()).then_some(())
+    });
+    let base_requests = cumulative.requests();
+    let base = counters_and_histograms(&base_requests[0]);
+    assert!(!base.is_empty(), "{:?}", base_requests[0]);
+    write_with_prometheus_client(&python, &dir);
+    // Then until both have pushed the new values twice.
+    let (final_values, deltas) =
+        eventually("the new values pushed", Duration::from_secs(30), || {
+            let cumulative = cumulative.requests();
+            let last = counters_and_histograms(cumulative.last().expect("requests"));
+            let delta = delta.requests();
+            let mut sums: BTreeMap<String, f64> = BTreeMap::new();
+            for request in &delta {
+                for m in metrics(request) {
+                    if m["type"] == "sum" && m["monotonic"] == true || m["type"] == "histogram" {
+                        assert_eq!(m["temporality"], 1, "delta: {m}");
+                    }
+                }
+                for (series, value) in counters_and_histograms(request) {
+                    *sums.entry(series).or_default() += value;
+                }
+            }
+            let expected: BTreeMap<String, f64> = last
+                .iter()
+                .map(|(k, v)| (k.clone(), v - base.get(k).copied().unwrap_or(0.0)))
+                .collect();
+            let close = expected
+                .iter()
+                .all(|(k, v)| (sums.get(k).copied().unwrap_or(0.0) - v).abs() < 1e-6);
+            if close && last != base {
+                Ok((last, sums))
+            } else {
+                Err(format!("expected {expected:?}, deltas {sums:?}"))
+            }
+        });
+    // The cumulative values are prometheus_client's own merge.
+    let merged = run_python(
+        &python,
+        "import sys\n\
+         from prometheus_client import CollectorRegistry, generate_latest\n\
+         from prometheus_client.multiprocess import MultiProcessCollector\n\
+         r = CollectorRegistry()\n\
+         MultiProcessCollector(r, path=sys.argv[1])\n\
+         sys.stdout.write(generate_latest(r).decode())\n",
+        &[dir.to_str().expect("utf-8")],
+        &[],
+    );
+    let python_total = Exposition::parse(&merged)
+        .named("vllm:prompt_tokens_total")
+        .map(|s| s.value)
+        .sum::<f64>();
+    let pushed_total: f64 = final_values
+        .iter()
+        .filter(|(k, _)| k.starts_with("vllm:prompt_tokens_total"))
+        .map(|(_, v)| v)
+        .sum();
+    assert_eq!(pushed_total, python_total);
+    assert!(deltas.values().any(|v| *v > 0.0), "{deltas:?}");
 }

@@ -357,3 +357,71 @@ fn pushes_over_tls_with_basic_auth_and_counts_refusals() {
     );
     assert_eq!(untrusted.logs_with(failing).len(), 1);
 }
+
+/// A receiver that answers every request with `status` and counts them
+/// (a thread; `Connection: close` after each answer).
+fn answering(status: u16) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}/api/v1/write", listener.local_addr().unwrap());
+    let count = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = count.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+            let mut length = 0usize;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut body = vec![0; length];
+            let _ = reader.read_exact(&mut body);
+            counted.fetch_add(1, Ordering::SeqCst);
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status} Test\r\nContent-Length: 4\r\nConnection: close\r\n\r\nfail"
+            );
+        }
+    });
+    (url, count)
+}
+
+/// Issue 41: remote write retries a `500`, as Prometheus does (OTLP does
+/// not: `otlp::a_500_is_not_retried_for_otlp_…`), with backoff from 30 ms.
+#[test]
+fn a_500_is_retried_for_remote_write() {
+    use std::sync::atomic::Ordering;
+    let tmp = tempfile::tempdir().unwrap();
+    write_counter(tmp.path(), "100", 1.0);
+    let (url, count) = answering(500);
+    // One collection in the test's time: every request after the first is
+    // a retry of it.
+    let exporter = Exporter::start(&[
+        "--dir",
+        tmp.path().to_str().unwrap(),
+        "--push.remote-write-url",
+        &url,
+        "--push.interval",
+        "1h",
+    ]);
+    wait_for("retries", || {
+        (count.load(Ordering::SeqCst) >= 4).then_some(())
+    });
+    let body = exporter.metrics();
+    let rejected: Vec<&str> = body
+        .lines()
+        .filter(|l| {
+            l.starts_with("multiproc_exporter_push_collections_dropped_total{")
+                && l.contains("reason=\"rejected\"")
+        })
+        .collect();
+    assert!(!rejected.is_empty(), "{body}");
+    assert!(rejected.iter().all(|l| l.ends_with(" 0.0")), "{rejected:?}");
+}

@@ -9,8 +9,9 @@ every metric's type, temporality, monotonicity, metadata and data points.
 Floats are written as Python's repr (``nan``, ``inf``, ``-inf`` included) so
 that the Rust side reads them back exactly.
 
-Usage: otlp_receiver.py OUT.jsonl PORT [--status CODE] [--reject N]
-``--status`` answers every request with CODE (after recording it); by default
+Usage: otlp_receiver.py OUT.jsonl PORT [--status CODE] [--retry-after VALUE] [--reject N]
+``--status`` answers every request with CODE (after recording it), with a
+``Retry-After: VALUE`` header when ``--retry-after`` is given; by default
 the answer is 200 with an ExportMetricsServiceResponse, empty unless
 ``--reject N`` makes it a partial success rejecting N data points.
 The listening port is printed on standard output once it is bound.
@@ -118,6 +119,7 @@ def main():
     parser.add_argument("port", type=int)
     parser.add_argument("--status", type=int, default=200)
     parser.add_argument("--reject", type=int, default=0)
+    parser.add_argument("--retry-after", default=None)
     args = parser.parse_args()
     out = open(args.out, "a", encoding="utf-8")
 
@@ -129,6 +131,8 @@ def main():
 
         def answer(self, status, body=b"", content_type="application/x-protobuf"):
             self.send_response(status)
+            if status != 200 and args.retry_after is not None:
+                self.send_header("Retry-After", args.retry_after)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
