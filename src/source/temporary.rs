@@ -172,16 +172,27 @@ impl Runs {
             self.writers.visibility(),
             Visibility::Confirmed | Visibility::Assumed
         );
-        let states: Vec<Vec<WriterState>> = found
+        let mut states: Vec<Vec<WriterState>> = found
             .iter()
             .map(|run| self.writers.census(&run.files).states)
             .collect();
-        // The census may have just confirmed that writers can be seen.
-        let seen = seen
-            || matches!(
+        if !seen
+            && matches!(
                 self.writers.visibility(),
                 Visibility::Confirmed | Visibility::Assumed
-            );
+            )
+        {
+            // A later run's live writer confirmed that writers can be seen:
+            // the earlier runs' writers are decided again, now from `/proc`.
+            states = found
+                .iter()
+                .map(|run| self.writers.census(&run.files).states)
+                .collect();
+        }
+        let seen = matches!(
+            self.writers.visibility(),
+            Visibility::Confirmed | Visibility::Assumed
+        );
         let live: Vec<bool> = states
             .iter()
             .map(|s| s.contains(&WriterState::Live))
