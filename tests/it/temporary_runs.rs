@@ -14,10 +14,10 @@ use crate::support::{
 };
 
 /// A running `temporary_dir_server.py`, in a process group of its own.
-struct Server {
+pub(crate) struct Server {
     child: Child,
     /// The directory its writers write.
-    written: PathBuf,
+    pub(crate) written: PathBuf,
 }
 
 impl Server {
@@ -30,7 +30,30 @@ impl Server {
         multiproc_dir: Option<&Path>,
         tmpdir: &Path,
     ) -> Self {
-        let mut command = Command::new(python);
+        Self::start_in(python, pattern, run, multiproc_dir, tmpdir, None)
+    }
+
+    /// [`Server::start`], first moving itself into the cgroup `cgroup` (a
+    /// directory of the cgroup file system) when given.
+    pub(crate) fn start_in(
+        python: &Path,
+        pattern: &str,
+        run: u32,
+        multiproc_dir: Option<&Path>,
+        tmpdir: &Path,
+        cgroup: Option<&Path>,
+    ) -> Self {
+        let mut command = match cgroup {
+            Some(cgroup) => {
+                let mut c = Command::new("sh");
+                c.arg("-c")
+                    .arg("echo $$ > \"$0/cgroup.procs\" && exec \"$@\"")
+                    .arg(cgroup)
+                    .arg(python);
+                c
+            }
+            None => Command::new(python),
+        };
         command
             .arg(repo_root().join("tests/python/temporary_dir_server.py"))
             .args([pattern, &run.to_string()])
@@ -55,7 +78,7 @@ impl Server {
     }
 
     /// SIGKILL to every process of the server (its schedulers too).
-    fn kill(mut self) {
+    pub(crate) fn kill(mut self) {
         let group = i32::try_from(self.child.id()).unwrap();
         assert!(signal(-group, "KILL"), "kill the server's group");
         self.child.wait().unwrap();
