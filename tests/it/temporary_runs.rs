@@ -195,7 +195,7 @@ fn a_killed_sglang_run_is_left_out_and_reported_and_the_new_run_served_alone() {
         // The old run: left out, reported on the API, the status page, the
         // metric and one log line.
         assert_eq!(
-            sample_value(&body, "multiproc_exporter_scrape_stale_subdirectories"),
+            sample_value(&body, "multiproc_exporter_scrape_stale_temporary_directories"),
             Some(1.0),
             "{liveness}"
         );
@@ -241,7 +241,7 @@ fn stale_runs_are_removed_only_with_the_flag_once_their_writers_exited() {
     assert!(!old.exists(), "its writers were seen dead: removed");
     assert_eq!(runs_in(dir), vec![second.written.clone()]);
     assert_eq!(
-        sample_value(&body, "multiproc_exporter_scrape_stale_subdirectories"),
+        sample_value(&body, "multiproc_exporter_scrape_stale_temporary_directories"),
         Some(0.0)
     );
     exporter.sync_logs();
@@ -263,7 +263,7 @@ fn a_cleanly_exited_tensorrt_llm_run_leaves_nothing_reported() {
     assert!(runs_in(dir).is_empty(), "the TemporaryDirectory is removed");
     let body = serves(&exporter, "");
     assert_eq!(
-        sample_value(&body, "multiproc_exporter_scrape_stale_subdirectories"),
+        sample_value(&body, "multiproc_exporter_scrape_stale_temporary_directories"),
         Some(0.0)
     );
     assert!(stale_paths(&status(&exporter)).is_empty());
@@ -287,7 +287,7 @@ fn with_prometheus_multiproc_dir_set_sglang_writes_the_directory_itself_and_its_
         let exporter = Exporter::start(&[ARGS, &["--dir", dir.to_str().unwrap()]].concat());
         let body = serves(&exporter, &python_merge_of(&python, dir));
         assert_eq!(
-            sample_value(&body, "multiproc_exporter_scrape_stale_subdirectories"),
+            sample_value(&body, "multiproc_exporter_scrape_stale_temporary_directories"),
             Some(0.0)
         );
         assert!(exporter

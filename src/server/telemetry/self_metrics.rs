@@ -324,7 +324,7 @@ impl SelfMetrics {
             self.watch_rescans.get() as f64,
         );
         out.gauge(
-            &format!("{p}scrape_stale_subdirectories"),
+            &format!("{p}scrape_stale_temporary_directories"),
             "Temporary subdirectories left by earlier runs of the server, left out of the last scrape (not summed with the current run; --dir.remove-stale-subdirectories removes them).",
             self.stale_subdirectories.get() as f64,
         );
@@ -468,6 +468,7 @@ mod tests {
                 "multiproc_exporter_config_last_reload_success_timestamp_seconds",
                 "multiproc_exporter_config_reloads",
                 "multiproc_exporter_watch_rescans",
+                "multiproc_exporter_scrape_stale_temporary_directories",
                 "multiproc_exporter_http_connections_open",
                 "multiproc_exporter_http_connections_closed",
                 "multiproc_exporter_http_requests_rejected",

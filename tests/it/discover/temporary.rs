@@ -1,7 +1,8 @@
 //! The node agent beside a pod whose server writes in a temporary
 //! subdirectory (SGLang's `set_prometheus_multiproc_dir()` with `TMPDIR` on
 //! the pod's volume; issue 43): the directory it finds is the run itself,
-//! labelled with the pod, never with the random name.
+//! labelled with the pod, never with the random name; after a restart in a
+//! new temporary subdirectory, the old run is reported stale, not summed.
 
 use super::harness::*;
 use crate::support::{python, wait_for, Exporter};
@@ -68,5 +69,42 @@ fn an_sglang_pods_temporary_subdirectory_is_labelled_by_its_pod_never_by_the_ran
         !text.contains(&random),
         "no label names the random name:\n{text}"
     );
+    // Killed and started again in a new temporary subdirectory: only the
+    // new run is served, the old one is reported stale.
+    let old = server.written.clone();
     server.kill();
+    let second = Server::start_in(&python, "sglang", 2, None, &shared, Some(&cgroup.dir));
+    let series = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with("sglang:prompt_tokens_total{") && l.contains(&labels))
+            .map(str::to_owned)
+            .collect()
+    };
+    let served = wait_for("the new run alone", || {
+        let text = exporter.metrics();
+        let lines = series(&text);
+        (lines.len() == 1 && lines[0].ends_with(" 2000.0")).then_some(text)
+    });
+    let stale = wait_for("the old run reported stale", || {
+        let status: serde_json::Value =
+            serde_json::from_slice(&exporter.get("/api/v1/status").body).ok()?;
+        let part = status["last"]["parts"]
+            .as_array()?
+            .iter()
+            .find(|p| p["labels"]["pod"] == "sglang-a")?
+            .clone();
+        part["directories"]
+            .as_array()?
+            .iter()
+            .any(|d| d["dir"] == old.to_str().unwrap() && d["state"] == "stale")
+            .then_some(part)
+    });
+    assert!(
+        served.contains("multiproc_exporter_discovery_targets{state=\"stale\"} 1.0"),
+        "{stale}\n{served}"
+    );
+    // Stays so: never summed again.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert!(series(&exporter.metrics())[0].ends_with(" 2000.0"));
+    second.kill();
 }
