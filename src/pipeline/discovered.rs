@@ -149,7 +149,7 @@ pub enum TargetState {
     Capped,
     /// Left out: a temporary subdirectory of an earlier run of its
     /// container's server (SGLang, TensorRT-LLM), superseded by a newer run
-    /// (see [`superseded_runs`]).
+    /// (see `superseded_runs`).
     Stale,
 }
 

@@ -10,7 +10,7 @@
 //! ([`REMOVING_PREFIX`] and its own name), which no survey takes for a run
 //! (so it is never read again, current or stale), then removed with its
 //! files. A crash at any step leaves either the run as it was or the hidden
-//! subdirectory, whose removal [`finish`] completes at the next round. No
+//! subdirectory, whose removal `finish` completes at the next round. No
 //! value is served twice or lost from what is served: a stale run's values
 //! are not served before its removal either.
 
