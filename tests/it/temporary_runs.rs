@@ -163,6 +163,24 @@ fn stale_paths(status: &serde_json::Value) -> Vec<String> {
         .collect()
 }
 
+/// An SGLang-like run in a temporary subdirectory of `dir`, SIGKILLed, and
+/// a second run started after it: the first run's subdirectory and the
+/// second run.
+fn killed_and_restarted(python: &Path, dir: &Path) -> (PathBuf, Server) {
+    let first = Server::start(python, "sglang", 1, None, dir);
+    let old = first.written.clone();
+    first.kill();
+    (old, Server::start(python, "sglang", 2, None, dir))
+}
+
+/// `multiproc_exporter_scrape_stale_temporary_directories` of a scrape.
+fn stale_metric(body: &str) -> Option<f64> {
+    sample_value(
+        body,
+        "multiproc_exporter_scrape_stale_temporary_directories",
+    )
+}
+
 const ARGS: &[&str] = &["--writers.disable-process-metrics"];
 
 #[test]
@@ -194,11 +212,7 @@ fn a_killed_sglang_run_is_left_out_and_reported_and_the_new_run_served_alone() {
         let body = serves(&exporter, &want);
         // The old run: left out, reported on the API, the status page, the
         // metric and one log line.
-        assert_eq!(
-            sample_value(&body, "multiproc_exporter_scrape_stale_temporary_directories"),
-            Some(1.0),
-            "{liveness}"
-        );
+        assert_eq!(stale_metric(&body), Some(1.0), "{liveness}");
         let status = status(&exporter);
         assert_eq!(stale_paths(&status), vec![old.display().to_string()]);
         assert_eq!(
@@ -222,10 +236,7 @@ fn stale_runs_are_removed_only_with_the_flag_once_their_writers_exited() {
     let Some(python) = python() else { return };
     let shared = tempfile::tempdir().unwrap();
     let dir = shared.path();
-    let first = Server::start(&python, "sglang", 1, None, dir);
-    let old = first.written.clone();
-    first.kill();
-    let second = Server::start(&python, "sglang", 2, None, dir);
+    let (old, second) = killed_and_restarted(&python, dir);
     let exporter = Exporter::start(
         &[
             ARGS,
@@ -240,10 +251,7 @@ fn stale_runs_are_removed_only_with_the_flag_once_their_writers_exited() {
     let body = serves(&exporter, &python_merge_of(&python, &second.written));
     assert!(!old.exists(), "its writers were seen dead: removed");
     assert_eq!(runs_in(dir), vec![second.written.clone()]);
-    assert_eq!(
-        sample_value(&body, "multiproc_exporter_scrape_stale_temporary_directories"),
-        Some(0.0)
-    );
+    assert_eq!(stale_metric(&body), Some(0.0));
     exporter.sync_logs();
     assert!(exporter
         .find_log("Removed a temporary subdirectory left by an earlier run (--dir.remove-stale-subdirectories).")
@@ -262,10 +270,7 @@ fn a_cleanly_exited_tensorrt_llm_run_leaves_nothing_reported() {
     run.stop();
     assert!(runs_in(dir).is_empty(), "the TemporaryDirectory is removed");
     let body = serves(&exporter, "");
-    assert_eq!(
-        sample_value(&body, "multiproc_exporter_scrape_stale_temporary_directories"),
-        Some(0.0)
-    );
+    assert_eq!(stale_metric(&body), Some(0.0));
     assert!(stale_paths(&status(&exporter)).is_empty());
 }
 
@@ -286,10 +291,7 @@ fn with_prometheus_multiproc_dir_set_sglang_writes_the_directory_itself_and_its_
         assert_eq!(std::fs::read_dir(&empty[0]).unwrap().count(), 0);
         let exporter = Exporter::start(&[ARGS, &["--dir", dir.to_str().unwrap()]].concat());
         let body = serves(&exporter, &python_merge_of(&python, dir));
-        assert_eq!(
-            sample_value(&body, "multiproc_exporter_scrape_stale_temporary_directories"),
-            Some(0.0)
-        );
+        assert_eq!(stale_metric(&body), Some(0.0));
         assert!(exporter
             .find_log("Metrics directory holds only subdirectories, no metric files: to serve one directory per pod (a DaemonSet), pass --dir.subdirectories-label NAME.")
             .is_none());
@@ -305,10 +307,7 @@ fn dump_prints_the_current_run_and_names_the_stale_one() {
     let Some(python) = python() else { return };
     let shared = tempfile::tempdir().unwrap();
     let dir = shared.path();
-    let first = Server::start(&python, "sglang", 1, None, dir);
-    let old = first.written.clone();
-    first.kill();
-    let second = Server::start(&python, "sglang", 2, None, dir);
+    let (old, second) = killed_and_restarted(&python, dir);
     let (code, stdout, stderr) = support::run_exporter(&[
         "dump",
         "--writers.disable-process-metrics",
