@@ -10,15 +10,17 @@ under it (and left empty: the variable keeps pointing at the directory
 itself); when it is not, a `TemporaryDirectory()` in the system's temporary
 directory (TMPDIR) becomes PROMETHEUS_MULTIPROC_DIR. Then, as SGLang does,
 scheduler processes (two ranks, started with multiprocessing after the
-variable is set) and the tokenizer manager (this process) write some of
-SGLang's families with prometheus_client; values are scaled by RUN so that
-two runs are told apart.
+variable is set) and the tokenizer manager (this process) write every family of
+SGLang's catalogue (src/demo/catalogue/sglang-0.5.23-metrics-collector.json:
+SGLang 0.5.23's own definitions) that its collector defines, with
+prometheus_client; values are scaled by RUN so that two runs are told apart.
 
 Prints `READY <directory written>` once every writer has written, then waits.
 SIGTERM exits cleanly (the schedulers stop, the TemporaryDirectory is
 removed by its finalizer); SIGKILL of the process group leaves everything.
 """
 
+import json
 import multiprocessing
 import os
 import signal
@@ -43,29 +45,53 @@ def set_prometheus_multiproc_dir():
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = prometheus_multiproc_dir.name
 
 
-def scheduler(tp_rank, ready, stop):
-    from prometheus_client import Gauge
+CATALOGUE = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)),
+    "../../src/demo/catalogue/sglang-0.5.23-metrics-collector.json",
+)
+# Values of the families the tests look at; the others get RUN-scaled ones.
+VALUES = {
+    "sglang:prompt_tokens": 1000,
+    "sglang:generation_tokens": 250,
+    "sglang:num_queue_reqs": 1,
+    "sglang:token_usage": 0.125,
+}
 
-    labels = dict(LABELS, tp_rank=str(tp_rank), pp_rank="0", moe_ep_rank="0")
-    gauges = {}
-    for name, documentation in [
-        ("sglang:num_running_reqs", "The number of running requests."),
-        ("sglang:num_queue_reqs", "The number of requests in the waiting queue."),
-        ("sglang:gen_throughput", "The generation throughput (token/s)."),
-        ("sglang:cache_hit_rate", "The prefix cache hit rate."),
-        ("sglang:token_usage", "The token usage."),
-    ]:
-        gauges[name] = Gauge(
-            name=name,
-            documentation=documentation,
-            labelnames=labels.keys(),
-            multiprocess_mode="mostrecent",
-        )
-    gauges["sglang:num_running_reqs"].labels(**labels).set(3 * RUN + tp_rank)
-    gauges["sglang:num_queue_reqs"].labels(**labels).set(RUN)
-    gauges["sglang:gen_throughput"].labels(**labels).set(100.5 * RUN)
-    gauges["sglang:cache_hit_rate"].labels(**labels).set(0.25)
-    gauges["sglang:token_usage"].labels(**labels).set(0.125 * RUN)
+
+def write_families(collector, labels):
+    """Writes every family of `collector` in SGLang's catalogue (names,
+    types, label names, buckets and gauge modes of SGLang 0.5.23, extracted
+    by scripts/sglang-catalogue.py), with `labels` and `x` for any other
+    label."""
+    from prometheus_client import Counter, Gauge, Histogram, Summary
+
+    with open(CATALOGUE) as f:
+        catalogue = json.load(f)
+    for i, family in enumerate(f for f in catalogue if f["collector"] == collector):
+        kind = family["type"]
+        if family["labels"] is None or (kind == "histogram" and family["buckets"] is None):
+            continue  # computed at run time in SGLang: not in the catalogue
+        names = family["labels"]
+        values = {n: labels.get(n, "x") for n in names}
+        value = VALUES.get(family["name"], (i % 7 + 1) * 0.5) * RUN
+        common = dict(name=family["name"], documentation=family["help"], labelnames=names)
+        if kind == "counter":
+            metric = Counter(**common)
+            (metric.labels(**values) if names else metric).inc(value)
+        elif kind == "gauge":
+            metric = Gauge(multiprocess_mode=family["mode"], **common)
+            (metric.labels(**values) if names else metric).set(value)
+        elif kind == "histogram":
+            metric = Histogram(buckets=family["buckets"], **common)
+            (metric.labels(**values) if names else metric).observe(value)
+        else:
+            metric = Summary(**common)
+            (metric.labels(**values) if names else metric).observe(value)
+
+
+def scheduler(tp_rank, ready, stop):
+    labels = dict(LABELS, tp_rank=str(tp_rank), pp_rank="0", moe_ep_rank="0", is_streaming="true")
+    write_families("SchedulerMetricsCollector", labels)
     ready.set()
     stop.wait()
 
@@ -83,27 +109,7 @@ def main():
         ready.wait()
         schedulers.append(process)
 
-    from prometheus_client import Counter, Histogram
-
-    prompt = Counter(
-        name="sglang:prompt_tokens_total",
-        documentation="Number of prefill tokens processed.",
-        labelnames=list(LABELS.keys()) + ["is_streaming"],
-    )
-    generation = Counter(
-        name="sglang:generation_tokens_total",
-        documentation="Number of generation tokens processed.",
-        labelnames=list(LABELS.keys()) + ["is_streaming"],
-    )
-    ttft = Histogram(
-        name="sglang:time_to_first_token_seconds",
-        documentation="Histogram of time to first token in seconds.",
-        labelnames=[*LABELS.keys(), "is_streaming"],
-        buckets=[0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400],
-    )
-    prompt.labels(**LABELS, is_streaming="true").inc(1000 * RUN)
-    generation.labels(**LABELS, is_streaming="true").inc(250 * RUN)
-    ttft.labels(**LABELS, is_streaming="true").observe(0.3 * RUN)
+    write_families("TokenizerMetricsCollector", dict(LABELS, is_streaming="true"))
 
     def terminate(*_):
         stop.set()
