@@ -210,6 +210,26 @@ fn a_killed_sglang_run_is_left_out_and_reported_and_the_new_run_served_alone() {
         let want = python_merge_of(&python, &second.written);
         assert!(want.contains("sglang:prompt_tokens_total{engine_type=\"unified\",is_streaming=\"true\",model_name=\"qwen\"} 2000.0"), "{want}");
         let body = serves(&exporter, &want);
+        // The endpoint picker's view: SGLang's three families, of this run.
+        let view = exporter.get("/metrics/endpoint-picker").text();
+        let declared: Vec<&str> = view
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .collect();
+        assert_eq!(
+            declared,
+            [
+                "sglang:num_queue_reqs gauge",
+                "sglang:num_running_reqs gauge",
+                "sglang:token_usage gauge"
+            ]
+            .iter()
+            .filter(|d| want.contains(&format!("# TYPE {d}\n")))
+            .copied()
+            .collect::<Vec<_>>(),
+            "{view}"
+        );
+        assert!(view.contains("sglang:token_usage{engine_type=\"unified\",model_name=\"qwen\",moe_ep_rank=\"0\",pp_rank=\"0\",tp_rank=\"1\"} 0.25\n"), "{view}");
         // The old run: left out, reported on the API, the status page, the
         // metric and one log line.
         assert_eq!(stale_metric(&body), Some(1.0), "{liveness}");
