@@ -347,3 +347,35 @@ fn dump_prints_the_current_run_and_names_the_stale_one() {
     );
     second.kill();
 }
+
+#[test]
+fn the_status_page_charts_an_sglang_run() {
+    let Some(chromium) = crate::support::browser::chromium() else {
+        return;
+    };
+    let Some(python) = python() else { return };
+    let shared = tempfile::tempdir().unwrap();
+    let run = Server::start(&python, "sglang", 1, None, shared.path());
+    let exporter = Exporter::start(&["--dir", shared.path().to_str().unwrap()]);
+    let shot = crate::status_page::screenshot("status-page-sglang.png");
+    // The page polls every 2 s: 7 s are three collections at least.
+    let page = crate::support::browser::load(
+        &chromium,
+        &format!("{}/", exporter.base),
+        std::time::Duration::from_secs(7),
+        Some(&shot),
+    );
+    crate::status_page::assert_no_errors(&page);
+    assert!(
+        page.dom.contains("data-model=\"qwen\""),
+        "no model section: {}",
+        page.dom
+    );
+    // Running and queued requests, token usage, throughput, TTFT,
+    // inter-token latency and the cache hit rate: six charts, with points.
+    let points = crate::status_page::chart_points(&page);
+    assert_eq!(points.len(), 6, "{points:?}");
+    assert!(points[0] >= 3 && points[1] >= 3, "{points:?}");
+    assert!(points[2] >= 2, "{points:?}");
+    run.kill();
+}
