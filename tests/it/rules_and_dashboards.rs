@@ -65,6 +65,7 @@ fn promtool_checks_and_unit_tests_every_rule_file() {
         names,
         [
             "multiproc-exporter.rules.yml",
+            "sglang.rules.yml",
             "vllm-ray.rules.yml",
             "vllm-underscores.rules.yml",
             "vllm.rules.yml"
@@ -299,6 +300,7 @@ fn prometheus_rule_manifests_hold_the_rule_files() {
             "multiproc-exporter.rules.yml",
             "multiproc-exporter",
         ),
+        ("prometheusrule-sglang.yaml", "sglang.rules.yml", "sglang"),
     ] {
         let m = read_yaml(&rules_dir().join(manifest));
         assert_eq!(

@@ -43,6 +43,29 @@ impl Server {
         tmpdir: &Path,
         cgroup: Option<&Path>,
     ) -> Self {
+        Self::spawn(
+            python,
+            &[pattern, &run.to_string()],
+            multiproc_dir,
+            tmpdir,
+            cgroup,
+        )
+    }
+
+    /// An overloaded SGLang server (a long queue, a nearly full KV cache,
+    /// slow first tokens, traffic going on) in a temporary subdirectory of
+    /// `tmpdir`.
+    pub(crate) fn start_overloaded(python: &Path, tmpdir: &Path) -> Self {
+        Self::spawn(python, &["sglang", "1", "overloaded"], None, tmpdir, None)
+    }
+
+    fn spawn(
+        python: &Path,
+        args: &[&str],
+        multiproc_dir: Option<&Path>,
+        tmpdir: &Path,
+        cgroup: Option<&Path>,
+    ) -> Self {
         let mut command = match cgroup {
             Some(cgroup) => {
                 let mut c = Command::new("sh");
@@ -56,7 +79,7 @@ impl Server {
         };
         command
             .arg(repo_root().join("tests/python/temporary_dir_server.py"))
-            .args([pattern, &run.to_string()])
+            .args(args)
             .env_remove("PROMETHEUS_MULTIPROC_DIR")
             .env("TMPDIR", tmpdir)
             .stdout(Stdio::piped())

@@ -1,6 +1,6 @@
 """A server that sets up its multiprocess directory as SGLang and TensorRT-LLM do.
 
-Usage: temporary_dir_server.py PATTERN RUN
+Usage: temporary_dir_server.py PATTERN RUN [overloaded]
 
 PATTERN is `sglang` (SGLang 0.5.23's `set_prometheus_multiproc_dir()` in
 `python/sglang/srt/utils/common.py`) or `trtllm` (TensorRT-LLM's copy of it in
@@ -15,6 +15,10 @@ SGLang's catalogue (src/demo/catalogue/sglang-0.5.23-metrics-collector.json:
 SGLang 0.5.23's own definitions) that its collector defines, with
 prometheus_client; values are scaled by RUN so that two runs are told apart.
 
+With `overloaded` (the monitoring tests), the schedulers report a long queue
+and a nearly full KV cache, and the tokenizer manager keeps serving requests
+(counters rising, every first token after 15 s) every half second.
+
 Prints `READY <directory written>` once every writer has written, then waits.
 SIGTERM exits cleanly (the schedulers stop, the TemporaryDirectory is
 removed by its finalizer); SIGKILL of the process group leaves everything.
@@ -26,9 +30,11 @@ import os
 import signal
 import sys
 import tempfile
+import time
 
 PATTERN = sys.argv[1]
 RUN = int(sys.argv[2])
+OVERLOADED = sys.argv[3:] == ["overloaded"]
 LABELS = {"model_name": "qwen", "engine_type": "unified"}
 
 prometheus_multiproc_dir = None
@@ -53,8 +59,8 @@ CATALOGUE = os.path.join(
 VALUES = {
     "sglang:prompt_tokens": 1000,
     "sglang:generation_tokens": 250,
-    "sglang:num_queue_reqs": 1,
-    "sglang:token_usage": 0.125,
+    "sglang:num_queue_reqs": 12 if OVERLOADED else 1,
+    "sglang:token_usage": 0.97 if OVERLOADED else 0.125,
 }
 
 
@@ -62,11 +68,12 @@ def write_families(collector, labels):
     """Writes every family of `collector` in SGLang's catalogue (names,
     types, label names, buckets and gauge modes of SGLang 0.5.23, extracted
     by scripts/sglang-catalogue.py), with `labels` and `x` for any other
-    label."""
+    label. Returns the metrics by family name."""
     from prometheus_client import Counter, Gauge, Histogram, Summary
 
     with open(CATALOGUE) as f:
         catalogue = json.load(f)
+    metrics = {}
     for i, family in enumerate(f for f in catalogue if f["collector"] == collector):
         kind = family["type"]
         if family["labels"] is None or (kind == "histogram" and family["buckets"] is None):
@@ -87,6 +94,8 @@ def write_families(collector, labels):
         else:
             metric = Summary(**common)
             (metric.labels(**values) if names else metric).observe(value)
+        metrics[family["name"]] = metric.labels(**values) if names else metric
+    return metrics
 
 
 def scheduler(tp_rank, ready, stop):
@@ -109,7 +118,7 @@ def main():
         ready.wait()
         schedulers.append(process)
 
-    write_families("TokenizerMetricsCollector", dict(LABELS, is_streaming="true"))
+    tokenizer = write_families("TokenizerMetricsCollector", dict(LABELS, is_streaming="true"))
 
     def terminate(*_):
         stop.set()
@@ -119,6 +128,13 @@ def main():
 
     signal.signal(signal.SIGTERM, terminate)
     print(f"READY {written}", flush=True)
+    while OVERLOADED:
+        time.sleep(0.5)
+        tokenizer["sglang:prompt_tokens"].inc(100)
+        tokenizer["sglang:cached_tokens"].inc(50)
+        tokenizer["sglang:generation_tokens"].inc(20)
+        tokenizer["sglang:time_to_first_token_seconds"].observe(15.0)
+        tokenizer["sglang:inter_token_latency_seconds"].observe(0.02)
     while True:
         signal.pause()
 
