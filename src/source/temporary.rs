@@ -75,7 +75,7 @@ pub struct Survey {
 /// same (a new or removed entry changes them).
 #[derive(Debug)]
 struct Listed {
-    identity: (u64, u64, [i64; 4]),
+    identity: Identity,
     files: Vec<(PathBuf, WrittenFile)>,
 }
 
@@ -85,7 +85,17 @@ struct Listed {
 pub struct Runs {
     writers: Writers,
     listed: FxHashMap<PathBuf, Listed>,
+    /// Each surveyed directory's identity and times, with its
+    /// temporary-named subdirectories, while it is unchanged.
+    parents: FxHashMap<PathBuf, (Identity, Vec<PathBuf>)>,
 }
+
+/// A directory's device, inode, and modification and change times.
+type Identity = (u64, u64, [i64; 4]);
+
+/// How long a directory must have been unchanged before its listing of
+/// subdirectories is reused (as the reader's listings).
+const SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A run found by [`Runs::survey`] before the decision.
 struct Found {
@@ -107,22 +117,16 @@ impl Runs {
         Self {
             writers: Writers::new(policy),
             listed: FxHashMap::default(),
+            parents: FxHashMap::default(),
         }
     }
 
     /// Lists the runs in `dir` and tells the current ones from the stale.
     /// A directory without any (the usual case) costs one `readdir`.
     pub fn survey(&mut self, dir: &Path) -> Survey {
-        let Ok(entries) = std::fs::read_dir(dir) else {
+        let Some(names) = self.subdirectories(dir) else {
             return Survey::default();
         };
-        let mut names: Vec<PathBuf> = entries
-            .flatten()
-            .filter(|e| is_temporary_name(e.file_name().as_bytes()))
-            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-            .map(|e| e.path())
-            .collect();
-        names.sort();
         self.listed
             .retain(|path, _| path.parent() != Some(dir) || names.contains(path));
         let mut found = Vec::new();
@@ -165,6 +169,48 @@ impl Runs {
             });
         }
         self.decide(found)
+    }
+
+    /// The temporary-named subdirectories of `dir`, in name order: read
+    /// again only when the directory changed (an entry created, removed or
+    /// renamed changes its modification time) or its last listing was made
+    /// within [`SETTLE`] of that change (timestamps advance in ticks).
+    fn subdirectories(&mut self, dir: &Path) -> Option<Vec<PathBuf>> {
+        let meta = std::fs::metadata(dir).ok().filter(|m| m.is_dir())?;
+        let identity = (
+            meta.dev(),
+            meta.ino(),
+            [
+                meta.mtime(),
+                meta.mtime_nsec(),
+                meta.ctime(),
+                meta.ctime_nsec(),
+            ],
+        );
+        if let Some((known, names)) = self.parents.get(dir) {
+            if *known == identity {
+                return Some(names.clone());
+            }
+        }
+        let listed_at = SystemTime::now();
+        let entries = std::fs::read_dir(dir).ok()?;
+        let mut names: Vec<PathBuf> = entries
+            .flatten()
+            .filter(|e| is_temporary_name(e.file_name().as_bytes()))
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| e.path())
+            .collect();
+        names.sort();
+        let settled = meta
+            .modified()
+            .is_ok_and(|modified| modified + SETTLE <= listed_at);
+        if settled {
+            self.parents
+                .insert(dir.to_path_buf(), (identity, names.clone()));
+        } else {
+            self.parents.remove(dir);
+        }
+        Some(names)
     }
 
     fn decide(&mut self, found: Vec<Found>) -> Survey {
