@@ -134,16 +134,7 @@ impl Runs {
             let Ok(meta) = std::fs::symlink_metadata(&path) else {
                 continue;
             };
-            let identity = (
-                meta.dev(),
-                meta.ino(),
-                [
-                    meta.mtime(),
-                    meta.mtime_nsec(),
-                    meta.ctime(),
-                    meta.ctime_nsec(),
-                ],
-            );
+            let identity = identity_of(&meta);
             let fresh = self
                 .listed
                 .get(&path)
@@ -177,16 +168,7 @@ impl Runs {
     /// within [`SETTLE`] of that change (timestamps advance in ticks).
     fn subdirectories(&mut self, dir: &Path) -> Option<Vec<PathBuf>> {
         let meta = std::fs::metadata(dir).ok().filter(|m| m.is_dir())?;
-        let identity = (
-            meta.dev(),
-            meta.ino(),
-            [
-                meta.mtime(),
-                meta.mtime_nsec(),
-                meta.ctime(),
-                meta.ctime_nsec(),
-            ],
-        );
+        let identity = identity_of(&meta);
         if let Some((known, names)) = self.parents.get(dir) {
             if *known == identity {
                 return Some(names.clone());
@@ -268,6 +250,20 @@ impl Runs {
         }
         survey
     }
+}
+
+/// A directory's [`Identity`].
+fn identity_of(meta: &std::fs::Metadata) -> Identity {
+    (
+        meta.dev(),
+        meta.ino(),
+        [
+            meta.mtime(),
+            meta.mtime_nsec(),
+            meta.ctime(),
+            meta.ctime_nsec(),
+        ],
+    )
 }
 
 /// The `*.db` files of a run, with what the writer check needs of each.
