@@ -93,6 +93,28 @@ impl KeyStore {
         store
     }
 
+    /// [`Self::intern`] for a key whose family `keep` keeps; a key it does
+    /// not keep is decoded (to learn its family) but not stored: `None`.
+    pub fn intern_kept(
+        &mut self,
+        raw: &[u8],
+        keep: impl Fn(&str) -> bool,
+    ) -> Result<Option<KeyId>, KeyError> {
+        let hash = xxh3_128(raw);
+        let hashes = &self.raw_hashes;
+        if let Some(&id) = self
+            .raw
+            .find(hash as u64, |&id| hashes[id as usize] == hash)
+        {
+            return Ok(Some(id));
+        }
+        let key = decode_key(raw)?;
+        if !keep(&key.family) {
+            return Ok(None);
+        }
+        Ok(Some(self.store(hash, &key)))
+    }
+
     /// Returns the id of a raw key, decoding it the first time it is seen.
     pub fn intern(&mut self, raw: &[u8]) -> Result<KeyId, KeyError> {
         let hash = xxh3_128(raw);
@@ -104,6 +126,11 @@ impl KeyStore {
             return Ok(id);
         }
         let key = decode_key(raw)?;
+        Ok(self.store(hash, &key))
+    }
+
+    /// Stores a decoded key whose raw bytes hash to `hash`.
+    fn store(&mut self, hash: u128, key: &crate::format::key::MetricKey) -> KeyId {
         let family = self.string(&key.family);
         let sample = self.string(&key.sample);
         let help = self.string(&key.help);
@@ -124,7 +151,7 @@ impl KeyStore {
         let hashes = &self.raw_hashes;
         self.raw
             .insert_unique(hash as u64, id, |&id| hashes[id as usize] as u64);
-        Ok(id)
+        id
     }
 
     /// An estimate of the heap this store holds, in bytes: the capacity of

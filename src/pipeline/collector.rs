@@ -211,6 +211,11 @@ impl Collector {
         self.reader.release_budget();
     }
 
+    /// Bytes this collector's reader charges to the budget now.
+    pub fn charged(&self) -> usize {
+        self.reader.charged()
+    }
+
     /// Times the caches were rebuilt from scratch to release what vanished
     /// writers left in them.
     pub fn rebuilds(&self) -> u64 {

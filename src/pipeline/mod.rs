@@ -21,7 +21,9 @@ pub mod lifecycle;
 pub mod part_status;
 pub mod parts;
 pub mod per_writer;
+pub mod rendered;
 pub mod subdirectories;
+pub mod views;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -255,30 +257,52 @@ impl Source {
     /// from does). `None` for subdirectories and discovered directories
     /// (a view is then cut from a whole collection).
     pub fn view(&self, filter: SourceFilter, process_metrics: bool) -> Option<Self> {
-        if !matches!(self.kind, Kind::Inputs(_)) {
-            return None;
-        }
-        let mut collector = Collector::with_link_policy(self.link_policy);
-        collector.set_key_filter(Some(filter));
-        let writer_policy = WriterPolicy {
-            process_metrics: self.writer_policy.process_metrics && process_metrics,
-            compact_dead: false,
-            remove_stale_runs: false,
-            ..self.writer_policy
-        };
-        let source = Self {
+        self.view_base()
+            .map(|base| base.source(filter, process_metrics))
+    }
+
+    /// What [`Self::view`] makes a view's source from (kept by
+    /// [`views::ViewSources`], which makes its sources without this one);
+    /// `None` for subdirectories and discovered directories.
+    pub fn view_base(&self) -> Option<views::ViewBase> {
+        matches!(self.kind, Kind::Inputs(_)).then(|| views::ViewBase {
             inputs: self.inputs.clone(),
             link_policy: self.link_policy,
+            memory_budget: self.memory_budget.clone(),
+            writer_policy: self.writer_policy,
+        })
+    }
+
+    /// A view's source made from `base` (see [`Self::view`]).
+    fn of_view(base: &views::ViewBase, filter: SourceFilter, process_metrics: bool) -> Self {
+        let mut collector = Collector::with_link_policy(base.link_policy);
+        collector.set_key_filter(Some(filter));
+        let writer_policy = WriterPolicy {
+            process_metrics: base.writer_policy.process_metrics && process_metrics,
+            compact_dead: false,
+            remove_stale_runs: false,
+            ..base.writer_policy
+        };
+        let source = Self {
+            inputs: base.inputs.clone(),
+            link_policy: base.link_policy,
             memory_budget: None,
             writer_policy: WriterPolicy::exact(),
             runs: None,
             kind: Kind::Inputs(Box::new(collector)),
         };
-        Some(
-            source
-                .with_memory_budget(self.memory_budget.clone())
-                .with_writer_policy(writer_policy),
-        )
+        source
+            .with_memory_budget(base.memory_budget.clone())
+            .with_writer_policy(writer_policy)
+    }
+
+    /// Bytes this source's readers charge to the memory budget now (0
+    /// without a budget; plain inputs only).
+    pub fn charged(&self) -> usize {
+        match &self.kind {
+            Kind::Inputs(collector) => collector.charged(),
+            _ => 0,
+        }
     }
 
     /// The inputs.

@@ -31,6 +31,8 @@ mod status_page;
 mod status_pods;
 mod telemetry;
 mod views;
+#[cfg(test)]
+mod views_tests;
 
 use crate::server::telemetry::operational::ConfigReload;
 use http::{limits, listen};
@@ -94,7 +96,7 @@ pub(crate) struct Shared {
     config_seen: Mutex<Option<Seen>>,
     scraper: scrape::Scraper,
     /// The views' sources and last answers.
-    views: views::Views,
+    views: crate::pipeline::views::ViewSources,
     pub(crate) self_metrics: self_metrics::SelfMetrics,
 }
 
@@ -171,9 +173,10 @@ impl AppState {
                 settings.dead_files_warning,
             ),
         };
+        let views = crate::pipeline::views::ViewSources::new(scraper.view_base());
         Self(Arc::new(Shared {
             scraper,
-            views: views::Views::default(),
+            views,
             dirs: settings.dirs,
             telemetry_path: settings.telemetry_path,
             exporter_metrics: settings.exporter_metrics,
@@ -208,6 +211,25 @@ impl Shared {
         let config = self.config();
         let self_metrics = self.exporter_metrics.then_some(&self.self_metrics);
         self.scraper.families(&config, self_metrics)
+    }
+
+    /// The exporter's own metrics, if they are served.
+    fn own_metrics(&self) -> Option<&self_metrics::SelfMetrics> {
+        self.exporter_metrics.then_some(&self.self_metrics)
+    }
+
+    /// Has the next collections (of `/metrics` and of the views) check these
+    /// files with `stat` before trusting their maps.
+    pub(crate) fn recheck(&self, paths: impl IntoIterator<Item = PathBuf>) {
+        let paths: Vec<PathBuf> = paths.into_iter().collect();
+        self.views.recheck(&paths);
+        self.scraper.recheck(paths);
+    }
+
+    /// Has the next collections check every file with `stat`.
+    pub(crate) fn recheck_all(&self) {
+        self.views.recheck_all();
+        self.scraper.recheck_all();
     }
 
     /// Re-reads the configuration file; a bad file keeps the configuration in
@@ -249,7 +271,11 @@ impl Shared {
         match loaded {
             Ok(config) => {
                 let changed = *self.config() != config;
-                *self.config.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(config);
+                let config = Arc::new(config);
+                *self.config.write().unwrap_or_else(|e| e.into_inner()) = config.clone();
+                // The views' sources made for the old one go, and give back
+                // their budget.
+                self.views.reconfigured(&config);
                 ConfigReload {
                     path,
                     outcome: Ok(changed),
@@ -395,32 +421,63 @@ async fn metrics(
         }
         (view, _) => view,
     };
-    // Upstreams are waited for with a blocking receive: never on a worker.
-    let inline = config.upstreams.is_empty()
-        && match &view {
-            Some(view) => state.0.views.is_quick(&view.name, &config),
-            None => state.0.scraper.is_quick(),
-        };
-    let scrape = move || {
-        let self_metrics = shared.exporter_metrics.then_some(&shared.self_metrics);
-        match &view {
-            Some(view) => {
-                shared
-                    .views
-                    .render(&shared.scraper, view, &request, &config, self_metrics)
-            }
-            None => shared.scraper.render(&request, &config, self_metrics),
+    // A view is served by its entry among the views' sources, or cut from
+    // the shared collection where it has none; a `?name[]=` set without
+    // one is restricted from it as `/metrics?name[]=` always was.
+    let entry = view
+        .as_ref()
+        .and_then(|view| state.0.views.entry(view, &config));
+    let shared_view = match (&entry, view) {
+        (None, Some(view)) if view.matching == crate::transform::views::Matching::Families => {
+            Some(view)
         }
+        _ => None,
     };
-    let body = if inline {
-        // A few milliseconds at most last time: cheaper here than a
-        // hand-over to the blocking pool (two thread wake-ups).
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(scrape))
-            .map_err(|_| "the scrape panicked".to_owned())
-    } else {
-        tokio::task::spawn_blocking(scrape)
-            .await
-            .map_err(|e| e.to_string())
+    // A quick poll runs on the worker, unless a collection is in flight
+    // (none is ever waited for here). Upstreams are waited for with a
+    // blocking receive: never on a worker.
+    let inline = match &entry {
+        Some(entry) if entry.is_quick() => {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                views::render_now(&shared.views, entry, &request, shared.own_metrics())
+            }))
+            .ok()
+            .flatten()
+        }
+        Some(_) => None,
+        None if shared_view.is_none()
+            && config.upstreams.is_empty()
+            && shared.scraper.is_quick() =>
+        {
+            // A few milliseconds at most last time: cheaper here than a
+            // hand-over to the blocking pool (two thread wake-ups).
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                shared
+                    .scraper
+                    .render_now(&request, &config, shared.own_metrics())
+            }))
+            .ok()
+            .flatten()
+        }
+        None => None,
+    };
+    let body = match inline {
+        Some(body) => Ok(body),
+        None => {
+            let scrape = move || {
+                let own = shared.own_metrics();
+                match (&entry, &shared_view) {
+                    (Some(entry), _) => views::render(&shared.views, entry, &request, own),
+                    (None, Some(view)) => {
+                        views::render_from_shared(&shared.scraper, view, &request, &config, own)
+                    }
+                    (None, None) => shared.scraper.render(&request, &config, own),
+                }
+            };
+            tokio::task::spawn_blocking(scrape)
+                .await
+                .map_err(|e| e.to_string())
+        }
     };
     let body = body.unwrap_or_else(|e| {
         tracing::error!(error = %e, "The scrape task failed; serving an empty body.");

@@ -1,7 +1,8 @@
 //! One scrape: read and merge the directories, apply the configuration, add
 //! the self-metrics, restrict to `?name[]=`, encode. Blocking (file I/O); the
 //! HTTP handler runs it on tokio's blocking pool, or on its own worker when
-//! the last scrape took under a few milliseconds ([`Scraper::is_quick`]: a
+//! the last scrape took under a few milliseconds and no collection is in
+//! flight ([`Scraper::is_quick`], [`Scraper::render_now`]: a
 //! polled pod's scrape costs less than the two thread wake-ups of a
 //! hand-over).
 //!
@@ -47,6 +48,10 @@ use crate::expose::encode::{Escaping, Format};
 use crate::expose::memo::{EncodeMemo, Gzipper};
 use crate::insight::Point;
 use crate::model::MetricFamily;
+pub(crate) use crate::pipeline::rendered::{
+    gzipped_or_plain, Rendered, SharedBody, GZIP_MIN_BYTES,
+};
+use crate::pipeline::views::ViewBase;
 use crate::pipeline::{self, Gathered, Source};
 use crate::server::api::{unix_now, Insight, LastCollection};
 use crate::server::telemetry::events::Reporter;
@@ -71,8 +76,6 @@ pub(crate) struct Scraper {
     bodies: Mutex<Bodies>,
     finished: Condvar,
     rechecks: Mutex<Rechecks>,
-    /// The same, for the views' sources (`super::views`), which take them.
-    view_rechecks: Mutex<Rechecks>,
     /// What the last bodies' encodings left to reuse, by format and escaping
     /// (for requests without `?name[]=`).
     memos: Mutex<Vec<EncodeMemo>>,
@@ -162,12 +165,6 @@ impl std::ops::Deref for ServedFamilies {
     }
 }
 
-/// Bodies shorter than this are sent uncompressed even to a client that
-/// accepts gzip: compressing a small answer costs more CPU than sending the
-/// bytes it saves (measured: docs/performance.md, "Compressing small
-/// answers").
-pub(crate) const GZIP_MIN_BYTES: usize = 4096;
-
 /// Scrapes faster than this run on the async worker ([`Scraper::is_quick`]).
 const QUICK_SCRAPE: std::time::Duration = std::time::Duration::from_millis(3);
 
@@ -198,37 +195,6 @@ struct BodyKey {
     escaping: Escaping,
     names: Option<Vec<String>>,
     gzip: bool,
-}
-
-/// An encoded body, gzipped if the request asked for it and gzip worked.
-#[derive(Debug)]
-pub(crate) struct Rendered {
-    /// The bytes to send.
-    pub(crate) body: Vec<u8>,
-    /// Whether `body` is gzipped.
-    pub(crate) gzipped: bool,
-}
-
-/// A shared [`Rendered`] body, as HTTP body bytes without a copy.
-#[derive(Debug, Clone)]
-pub(crate) struct SharedBody(Arc<OnceLock<Rendered>>);
-
-impl SharedBody {
-    /// A body that is not shared.
-    pub(crate) fn alone(rendered: Rendered) -> Self {
-        Self(Arc::new(OnceLock::from(rendered)))
-    }
-
-    /// Whether the body is gzipped.
-    pub(crate) fn gzipped(&self) -> bool {
-        self.0.get().is_some_and(|r| r.gzipped)
-    }
-}
-
-impl AsRef<[u8]> for SharedBody {
-    fn as_ref(&self) -> &[u8] {
-        self.0.get().map_or(&[], |r| r.body.as_slice())
-    }
 }
 
 #[derive(Debug)]
@@ -315,7 +281,6 @@ impl Scraper {
             bodies: Mutex::new(Bodies::default()),
             finished: Condvar::new(),
             rechecks: Mutex::new(Rechecks::default()),
-            view_rechecks: Mutex::new(Rechecks::default()),
             memos: Mutex::new(Vec::new()),
             gzipper: Mutex::new(Gzipper::default()),
             last_render_nanos: AtomicU64::new(0),
@@ -327,45 +292,28 @@ impl Scraper {
     /// Has the next collection check these files with `stat` before
     /// trusting their maps (they were modified: truncated, grown, replaced).
     pub(crate) fn recheck(&self, paths: impl IntoIterator<Item = PathBuf>) {
-        let paths: Vec<PathBuf> = paths.into_iter().collect();
-        for rechecks in [&self.rechecks, &self.view_rechecks] {
-            let mut rechecks = rechecks.lock().unwrap_or_else(|e| e.into_inner());
-            if !rechecks.all {
-                rechecks.paths.extend(paths.iter().cloned());
-                if rechecks.paths.len() > MAX_PENDING_RECHECKS {
-                    rechecks.all = true;
-                    rechecks.paths.clear();
-                }
+        let mut rechecks = self.rechecks.lock().unwrap_or_else(|e| e.into_inner());
+        if !rechecks.all {
+            rechecks.paths.extend(paths);
+            if rechecks.paths.len() > MAX_PENDING_RECHECKS {
+                rechecks.all = true;
+                rechecks.paths.clear();
             }
         }
     }
 
     /// Has the next collection check every file with `stat`.
     pub(crate) fn recheck_all(&self) {
-        for rechecks in [&self.rechecks, &self.view_rechecks] {
-            let mut rechecks = rechecks.lock().unwrap_or_else(|e| e.into_inner());
-            rechecks.all = true;
-            rechecks.paths.clear();
-        }
+        let mut rechecks = self.rechecks.lock().unwrap_or_else(|e| e.into_inner());
+        rechecks.all = true;
+        rechecks.paths.clear();
     }
 
-    /// The rechecks asked for since the views last took them: whether every
-    /// file is to be rechecked, else which.
-    pub(crate) fn take_view_rechecks(&self) -> (bool, Vec<PathBuf>) {
-        let taken =
-            std::mem::take(&mut *self.view_rechecks.lock().unwrap_or_else(|e| e.into_inner()));
-        (taken.all, taken.paths.into_iter().collect())
-    }
-
-    /// A source for a view, reading what this scraper reads but only the
-    /// records `filter` keeps (see [`Source::view`]); `None` where a view
-    /// is cut from a whole collection.
-    pub(crate) fn view_source(
-        &self,
-        filter: crate::transform::views::SourceFilter,
-        process_metrics: bool,
-    ) -> Option<Source> {
-        self.lock().source.view(filter, process_metrics)
+    /// What the views' sources are made from ([`ViewBase`]): this
+    /// scraper's inputs, links, memory budget and writers' policy; `None`
+    /// where a view is cut from a whole collection.
+    pub(crate) fn view_base(&self) -> Option<ViewBase> {
+        self.lock().source.view_base()
     }
 
     fn lock(&self) -> MutexGuard<'_, ScrapeState> {
@@ -384,6 +332,26 @@ impl Scraper {
     ) -> SharedBody {
         let start = Instant::now();
         let served = self.coalesced(|| self.collect(config, self_metrics, request.scrape_timeout));
+        self.render_served(request, served, start)
+    }
+
+    /// [`Self::render`] on an async worker: `None` when a collection is in
+    /// flight (it is never waited for here; the scrape is handed over).
+    pub(crate) fn render_now(
+        &self,
+        request: &Request,
+        config: &Arc<Config>,
+        self_metrics: Option<&SelfMetrics>,
+    ) -> Option<SharedBody> {
+        let start = Instant::now();
+        let served =
+            self.try_coalesced(|| self.collect(config, self_metrics, request.scrape_timeout))?;
+        Some(self.render_served(request, served, start))
+    }
+
+    /// The body of `served` for `request`, shared with the concurrent
+    /// scrapes that asked for the same one; the scrape began at `start`.
+    fn render_served(&self, request: &Request, served: Arc<Served>, start: Instant) -> SharedBody {
         let key = BodyKey {
             format: request.format,
             escaping: request.escaping,
@@ -509,7 +477,21 @@ impl Scraper {
     /// for it and returns its result (or, when every scrape is already done
     /// with it, runs another).
     fn coalesced(&self, collect: impl Fn() -> Arc<Served>) -> Arc<Served> {
-        let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        let in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        self.coalesced_from(in_flight, collect)
+    }
+
+    /// [`Self::coalesced`], unless a collection is in flight: then `None`.
+    fn try_coalesced(&self, collect: impl Fn() -> Arc<Served>) -> Option<Arc<Served>> {
+        let in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        (!in_flight.running).then(|| self.coalesced_from(in_flight, collect))
+    }
+
+    fn coalesced_from(
+        &self,
+        mut in_flight: MutexGuard<'_, InFlight>,
+        collect: impl Fn() -> Arc<Served>,
+    ) -> Arc<Served> {
         loop {
             if !in_flight.running {
                 break;
@@ -701,23 +683,6 @@ impl Scraper {
     /// (With discovered directories, none is awaited: always.)
     pub(crate) fn any_directory_exists(&self) -> bool {
         self.inputs.is_empty() || self.inputs.iter().any(|i| i.path().is_dir())
-    }
-}
-
-/// The gzipped body, or `body` as it is if gzip failed (logged).
-pub(crate) fn gzipped_or_plain(body: Vec<u8>, gzipped: std::io::Result<Vec<u8>>) -> Rendered {
-    match gzipped {
-        Ok(body) => Rendered {
-            body,
-            gzipped: true,
-        },
-        Err(e) => {
-            tracing::error!(error = %e, "Cannot gzip the response; sending it uncompressed.");
-            Rendered {
-                body,
-                gzipped: false,
-            }
-        }
     }
 }
 

@@ -285,7 +285,7 @@ pub(crate) async fn run(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>
                 dirty = true;
                 summarize = true;
                 // File systems without events: check every map now and then.
-                shared.scraper.recheck_all();
+                shared.recheck_all();
                 // Also catch configuration changes on filesystems without events.
                 if config_due.is_none() && shared.config_path.is_some() {
                     config_due = Some(Instant::now());
@@ -344,21 +344,19 @@ fn classify(
         Ok(e) => e,
         Err(e) => {
             Rescan::WatcherError(&e).emit(&shared.self_metrics);
-            shared.scraper.recheck_all();
+            shared.recheck_all();
             return (true, true);
         }
     };
     if event.need_rescan() {
         Rescan::QueueOverflow.emit(&shared.self_metrics);
-        shared.scraper.recheck_all();
+        shared.recheck_all();
         return (true, true);
     }
     if matches!(event.kind, EventKind::Modify(ref kind) if !matches!(kind, ModifyKind::Name(_))) {
         let metric_file =
             |p: &&PathBuf| p.file_name().is_some_and(|n| is_listed_name(n.as_bytes()));
-        shared
-            .scraper
-            .recheck(event.paths.iter().filter(metric_file).cloned());
+        shared.recheck(event.paths.iter().filter(metric_file).cloned());
     }
     let structural = matches!(
         event.kind,

@@ -149,6 +149,15 @@ struct OverBudget {
     collection: u64,
 }
 
+/// A reader gives back what it charged to the budget when it goes, on
+/// every path (a view's source evicted, a configuration reloaded, a source
+/// rebuilt after a panic), not only when someone remembers to.
+impl Drop for Reader {
+    fn drop(&mut self) {
+        self.release_budget();
+    }
+}
+
 impl Reader {
     /// A reader with nothing cached.
     pub fn new() -> Self {
@@ -158,10 +167,9 @@ impl Reader {
     /// A reader with nothing cached that follows symbolic links in a
     /// directory according to `policy`.
     pub fn with_link_policy(policy: LinkPolicy) -> Self {
-        Self {
-            link_policy: policy,
-            ..Self::default()
-        }
+        let mut reader = Self::default();
+        reader.link_policy = policy;
+        reader
     }
 
     /// Shares `budget` with this reader: a file whose reading would take
@@ -196,8 +204,13 @@ impl Reader {
         self.buffer = Vec::new();
     }
 
-    /// Withdraws this reader's charge from the budget (before it is dropped
-    /// or rebuilt).
+    /// Bytes this reader charges to the budget now (0 without one).
+    pub fn charged(&self) -> usize {
+        self.charged
+    }
+
+    /// Withdraws this reader's charge from the budget (before it is
+    /// rebuilt; dropping a reader does it too).
     pub fn release_budget(&mut self) {
         if let Some(budget) = &self.budget {
             budget.update(self.charged, 0);
@@ -691,15 +704,17 @@ impl Reader {
             let scanned = scan_window(data, window.0, pos, used, &mut locations);
             for location in locations.drain(..) {
                 let key_at = location.key_offset - window.0;
-                match store.intern(&data[key_at..key_at + location.key_len]) {
-                    // A view's reader leaves out the families it does not
-                    // serve: their values are never loaded.
-                    Ok(id)
-                        if self
-                            .key_filter
-                            .as_ref()
-                            .is_some_and(|f| !f.keeps(store.family_name(id))) => {}
-                    Ok(id) => {
+                let raw = &data[key_at..key_at + location.key_len];
+                // A view's reader leaves out the families it does not serve
+                // before their keys are interned: its key store holds only
+                // the view's keys, and their values are never loaded.
+                let interned = match &self.key_filter {
+                    Some(filter) => store.intern_kept(raw, |family| filter.keeps(family)),
+                    None => store.intern(raw).map(Some),
+                };
+                match interned {
+                    Ok(None) => {}
+                    Ok(Some(id)) => {
                         new_keys.push(id);
                         new_offsets.push(location.value_offset as u32);
                         new_values.push(read_value(data, location.value_offset - window.0));

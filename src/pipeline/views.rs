@@ -1,0 +1,795 @@
+//! The views' sources ([`crate::transform::views`]): one owner,
+//! [`ViewSources`], beside the main source, for the configured views
+//! (`<telemetry path>/<name>`) and the `?name[]=` requests, with the same
+//! guarantees as `/metrics`'s collections.
+//!
+//! * **Each view reads only its families.** A view's source
+//!   ([`ViewBase::source`]) reads the main source's inputs with the same
+//!   links, memory budget and writers' policy, but its reader leaves out
+//!   every record whose family the view cannot serve before the record's key
+//!   is interned ([`crate::transform::views::SourceFilter`]), so its key
+//!   store, its values and its merge hold the view's families only. Its
+//!   families are transformed as `/metrics`'s are, then made into the view's
+//!   answer by [`view_families`], the one place a view's families are
+//!   produced (after the merge and the transform, before encoding).
+//! * **Coalesced.** Concurrent polls of one view share one collection
+//!   ([`Coalescer`]); an unchanged merge is skipped
+//!   ([`super::Collector::collect_since`]) and its encoded bodies sent again.
+//! * **Bounded.** Configured views have one source each, dropped with the
+//!   configuration that declared them (a reload: [`ViewSources::reconfigured`]).
+//!   `?name[]=` requests are keyed by the canonical set of their decoded
+//!   names ([`ViewKey`]: sorted, deduplicated, never a joined string, so an
+//!   encoded `&` in a name cannot make two requests one). At most
+//!   [`MAX_KEPT_QUERIES`] sets keep a source, together within
+//!   [`KEPT_QUERIES_BUDGET_SHARE`] of the memory budget, the least recently
+//!   used evicted first; none is made while the budget is more than
+//!   [`QUERY_ADMISSION_PERCENT`] full, and the kept ones go when it passes
+//!   [`QUERY_EVICTION_PERCENT`], so that they never take what `/metrics`
+//!   needs. A set that finds no room (every kept one polled
+//!   within [`QUERY_IDLE`]) gets no source: the HTTP layer cuts it from the
+//!   shared collection of `/metrics`, as before the views existed, so
+//!   clients rotating more sets than are kept never make a poll a fresh
+//!   read of the whole directory.
+//! * **The budget given back.** A source's reader gives back what it
+//!   charged to the memory budget when it is dropped (`Drop` for
+//!   [`crate::source::Reader`]): evicted, reloaded, rebuilt after a panic.
+//! * **Never blocking an async worker.** The map of entries is locked only
+//!   to find, add or drop an entry, never during a collection; whether a
+//!   poll is quick enough to run on the async worker
+//!   ([`ViewEntry::is_quick`]) reads atomics, and such a poll runs only if
+//!   no collection of the view is in flight ([`ViewSources::families_now`]).
+
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::expose::encode::{Escaping, Format};
+use crate::expose::memo::Gzipper;
+use crate::model::MetricFamily;
+use crate::source::link_policy::LinkPolicy;
+use crate::source::writers::WriterPolicy;
+use crate::source::{Input, MemoryBudget};
+use crate::transform::config::Config;
+use crate::transform::views::{Matching, SourceFilter, View};
+
+use super::rendered::{encoded, SharedBody};
+use super::Source;
+
+/// `?name[]=` sets that keep a source of their own.
+pub const MAX_KEPT_QUERIES: usize = 4;
+
+/// The share of the memory budget (in percent) the kept `?name[]=` sources
+/// may charge together; beyond, the least recently used are evicted.
+pub const KEPT_QUERIES_BUDGET_SHARE: usize = 25;
+
+/// A new `?name[]=` set gets a source only while every reader together
+/// holds at most this share of the memory budget (in percent).
+pub const QUERY_ADMISSION_PERCENT: usize = 75;
+
+/// Beyond this share of the memory budget held by every reader together (in
+/// percent), the kept `?name[]=` sources are evicted, least recently used
+/// first, until it is below or none is left.
+pub const QUERY_EVICTION_PERCENT: usize = 90;
+
+/// A kept `?name[]=` source not polled for this long makes room for a new
+/// set.
+pub const QUERY_IDLE: Duration = Duration::from_secs(60);
+
+/// Polls faster than this may run on the async worker
+/// ([`ViewEntry::is_quick`]).
+pub const QUICK_POLL: Duration = Duration::from_millis(3);
+
+/// What a view's source is made from: the main source's inputs, links,
+/// memory budget and writers' policy ([`Source::view_base`]).
+#[derive(Debug, Clone)]
+pub struct ViewBase {
+    pub(super) inputs: Vec<Input>,
+    pub(super) link_policy: LinkPolicy,
+    pub(super) memory_budget: Option<Arc<MemoryBudget>>,
+    pub(super) writer_policy: WriterPolicy,
+}
+
+impl ViewBase {
+    /// A source reading only the records `filter` keeps, with the writers'
+    /// `process_*` families only if `process_metrics` (see [`Source::view`]).
+    pub fn source(&self, filter: SourceFilter, process_metrics: bool) -> Source {
+        Source::of_view(self, filter, process_metrics)
+    }
+}
+
+/// What identifies a view's source: a configured view's name, or the
+/// canonical set of a `?name[]=` request's decoded names.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ViewKey {
+    /// A configured view.
+    Configured(Arc<str>),
+    /// A `?name[]=` request: its names sorted, each once.
+    Names(Box<[Arc<str>]>),
+}
+
+impl ViewKey {
+    /// The key of `view`.
+    pub fn of(view: &View) -> Self {
+        match view.matching {
+            Matching::Families => Self::Configured(view.name.clone()),
+            Matching::Samples => {
+                let mut names = view.families.clone();
+                names.sort_unstable();
+                names.dedup();
+                Self::Names(names.into_boxed_slice())
+            }
+        }
+    }
+}
+
+/// The one place a view's families are produced: from `transformed` (the
+/// families of a view's source, or of `/metrics`, after the configuration's
+/// transform), the view's, in their order. Encoding follows.
+pub fn view_families(view: &View, transformed: &[MetricFamily]) -> Vec<MetricFamily> {
+    view.cut(transformed)
+}
+
+/// A view's families from one collection.
+#[derive(Debug, Default)]
+pub struct ViewFamilies {
+    /// Identifies them among the view's collections: the same id, the same
+    /// families (0: none).
+    pub id: u64,
+    /// The view's families ([`view_families`]).
+    pub families: Arc<Vec<MetricFamily>>,
+}
+
+/// The views' sources; one per server.
+#[derive(Debug)]
+pub struct ViewSources {
+    /// `None`: no view has a source of its own (subdirectories, discovered
+    /// directories).
+    base: Option<ViewBase>,
+    entries: Mutex<Entries>,
+    /// Sources made so far (each one's first collection reads every file).
+    made: AtomicU64,
+    epoch: Instant,
+}
+
+#[derive(Debug, Default)]
+struct Entries {
+    /// The configuration the entries were made for.
+    config: Option<Arc<Config>>,
+    configured: HashMap<Arc<str>, Arc<ViewEntry>>,
+    /// The kept `?name[]=` sets, least recently used first.
+    queries: Vec<Arc<ViewEntry>>,
+}
+
+/// One view's source and last answer.
+#[derive(Debug)]
+pub struct ViewEntry {
+    key: ViewKey,
+    view: View,
+    config: Arc<Config>,
+    flight: Coalescer<Arc<ViewFamilies>>,
+    /// Locked only by the poll that runs the collection.
+    state: Mutex<EntryState>,
+    rechecks: Mutex<Rechecks>,
+    bodies: Mutex<Bodies>,
+    /// How long its last collection took, in nanoseconds (0: none yet).
+    last_nanos: AtomicU64,
+    /// When it was last asked for, in milliseconds since the owner's epoch.
+    last_used: AtomicU64,
+    /// What its source charged to the memory budget after its last
+    /// collection.
+    charged: AtomicUsize,
+}
+
+#[derive(Debug)]
+struct EntryState {
+    source: Source,
+    held: Option<Arc<ViewFamilies>>,
+}
+
+/// Files the watcher saw modified since the entry's last collection.
+#[derive(Debug, Default)]
+struct Rechecks {
+    all: bool,
+    paths: Vec<PathBuf>,
+}
+
+/// Beyond this many pending paths, every file is rechecked instead.
+const MAX_PENDING_RECHECKS: usize = 4096;
+
+/// Bodies encoded from the families of [`Bodies::id`], by request.
+#[derive(Debug, Default)]
+struct Bodies {
+    id: u64,
+    list: Vec<((Format, Escaping, bool), SharedBody)>,
+    gzipper: Gzipper,
+}
+
+impl ViewSources {
+    /// The views' sources, made from `base` (`None`: every view is cut
+    /// from the shared collection).
+    pub fn new(base: Option<ViewBase>) -> Self {
+        Self {
+            base,
+            entries: Mutex::default(),
+            made: AtomicU64::new(0),
+            epoch: Instant::now(),
+        }
+    }
+
+    fn entries(&self) -> MutexGuard<'_, Entries> {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn now_millis(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// The entry that serves `view` under `config`, made if needed; `None`
+    /// when the view is to be cut from the shared collection (no source of
+    /// its own here, upstreams configured, or a `?name[]=` set that finds
+    /// no room). Never waits for a collection.
+    pub fn entry(&self, view: &View, config: &Arc<Config>) -> Option<Arc<ViewEntry>> {
+        let base = self.base.as_ref()?;
+        if !config.upstreams.is_empty() {
+            return None;
+        }
+        let key = ViewKey::of(view);
+        let now = self.now_millis();
+        let mut entries = self.entries();
+        entries.keep_only(config);
+        let entry = match &key {
+            ViewKey::Configured(name) => match entries.configured.get(name) {
+                Some(entry) => entry.clone(),
+                None => {
+                    let entry = self.make(base, key.clone(), view, config);
+                    entries.configured.insert(name.clone(), entry.clone());
+                    entry
+                }
+            },
+            ViewKey::Names(_) => match entries.queries.iter().position(|e| e.key == key) {
+                Some(at) => {
+                    let entry = entries.queries.remove(at);
+                    entries.queries.push(entry.clone());
+                    entry
+                }
+                None => {
+                    let budget = base.memory_budget.as_deref();
+                    if budget.is_some_and(|b| b.held() > b.limit() / 100 * QUERY_ADMISSION_PERCENT)
+                    {
+                        return None;
+                    }
+                    if entries.queries.len() >= MAX_KEPT_QUERIES {
+                        let idle = QUERY_IDLE.as_millis() as u64;
+                        let oldest = entries.queries[0].last_used.load(Ordering::Relaxed);
+                        if now.saturating_sub(oldest) < idle {
+                            return None;
+                        }
+                        entries.queries.remove(0);
+                    }
+                    let entry = self.make(base, key.clone(), view, config);
+                    entries.queries.push(entry.clone());
+                    entry
+                }
+            },
+        };
+        entry.last_used.store(now, Ordering::Relaxed);
+        Some(entry)
+    }
+
+    fn make(
+        &self,
+        base: &ViewBase,
+        key: ViewKey,
+        view: &View,
+        config: &Arc<Config>,
+    ) -> Arc<ViewEntry> {
+        self.made.fetch_add(1, Ordering::Relaxed);
+        Arc::new(ViewEntry {
+            key,
+            view: view.clone(),
+            config: config.clone(),
+            flight: Coalescer::default(),
+            state: Mutex::new(EntryState {
+                source: base.source(view.source_filter(config), view.wants_own()),
+                held: None,
+            }),
+            rechecks: Mutex::default(),
+            bodies: Mutex::default(),
+            last_nanos: AtomicU64::new(0),
+            last_used: AtomicU64::new(0),
+            charged: AtomicUsize::new(0),
+        })
+    }
+
+    /// Drops every source made for another configuration than `config`
+    /// (call it when the configuration is reloaded): their readers give
+    /// back their budget as soon as no poll uses them.
+    pub fn reconfigured(&self, config: &Arc<Config>) {
+        self.entries().keep_only(config);
+    }
+
+    /// Has every source check these files with `stat` before trusting its
+    /// maps (see [`crate::source::Reader::recheck`]).
+    pub fn recheck(&self, paths: &[PathBuf]) {
+        for entry in self.entries().all() {
+            let mut rechecks = entry.rechecks.lock().unwrap_or_else(|e| e.into_inner());
+            if !rechecks.all {
+                rechecks.paths.extend(paths.iter().cloned());
+                if rechecks.paths.len() > MAX_PENDING_RECHECKS {
+                    rechecks.all = true;
+                    rechecks.paths.clear();
+                }
+            }
+        }
+    }
+
+    /// Has every source check every file with `stat`.
+    pub fn recheck_all(&self) {
+        for entry in self.entries().all() {
+            let mut rechecks = entry.rechecks.lock().unwrap_or_else(|e| e.into_inner());
+            rechecks.all = true;
+            rechecks.paths.clear();
+        }
+    }
+
+    /// Sources made so far: each one's first collection reads every file
+    /// of the directory.
+    pub fn sources_made(&self) -> u64 {
+        self.made.load(Ordering::Relaxed)
+    }
+
+    /// The `?name[]=` sets kept now, least recently used first.
+    pub fn kept_queries(&self) -> Vec<ViewKey> {
+        self.entries()
+            .queries
+            .iter()
+            .map(|e| e.key.clone())
+            .collect()
+    }
+
+    /// The view's families now, coalesced with the polls of `entry` in
+    /// flight (blocking: run it off the async workers).
+    pub fn families(&self, entry: &ViewEntry) -> Arc<ViewFamilies> {
+        let families = entry.flight.run(|| entry.collect());
+        self.trim(entry);
+        families
+    }
+
+    /// [`Self::families`], unless a collection of `entry` is in flight:
+    /// then `None` (a poll on an async worker never waits for one).
+    pub fn families_now(&self, entry: &ViewEntry) -> Option<Arc<ViewFamilies>> {
+        let families = entry.flight.try_run(|| entry.collect())?;
+        self.trim(entry);
+        Some(families)
+    }
+
+    /// Evicts the least recently used `?name[]=` sources while the kept ones
+    /// charge more than their share of the memory budget (the last one
+    /// kept stays), or the budget as a whole is nearly full.
+    fn trim(&self, entry: &ViewEntry) {
+        let Some(budget) = self.base.as_ref().and_then(|b| b.memory_budget.as_ref()) else {
+            return;
+        };
+        if matches!(entry.key, ViewKey::Configured(_)) {
+            return;
+        }
+        let cap = budget.limit() / 100 * KEPT_QUERIES_BUDGET_SHARE;
+        let mut entries = self.entries();
+        let mut charged: usize = entries
+            .queries
+            .iter()
+            .map(|e| e.charged.load(Ordering::Relaxed))
+            .sum();
+        while charged > cap && entries.queries.len() > 1 {
+            let evicted = entries.queries.remove(0);
+            charged -= evicted.charged.load(Ordering::Relaxed);
+            tracing::debug!(view = %evicted.view.name, "Evicted a ?name[]= view's source over its share of the memory budget.");
+        }
+        // The whole budget nearly full: `/metrics` comes first. (An evicted
+        // source gives its budget back when its last poll is done with it.)
+        let full = budget.limit() / 100 * QUERY_EVICTION_PERCENT;
+        let mut held = budget.held();
+        while held > full && !entries.queries.is_empty() {
+            let evicted = entries.queries.remove(0);
+            held = held.saturating_sub(evicted.charged.load(Ordering::Relaxed));
+            tracing::debug!(view = %evicted.view.name, "Evicted a ?name[]= view's source: the memory budget is nearly full.");
+        }
+    }
+}
+
+impl Entries {
+    /// Drops the entries of another configuration than `config`.
+    fn keep_only(&mut self, config: &Arc<Config>) {
+        if self.config.as_ref().is_some_and(|c| Arc::ptr_eq(c, config)) {
+            return;
+        }
+        self.configured.clear();
+        self.queries.clear();
+        self.config = Some(config.clone());
+    }
+
+    fn all(&self) -> impl Iterator<Item = &Arc<ViewEntry>> {
+        self.configured.values().chain(&self.queries)
+    }
+}
+
+impl ViewEntry {
+    /// The view it serves.
+    pub fn view(&self) -> &View {
+        &self.view
+    }
+
+    /// Whether a poll may run on the async worker: the last collection took
+    /// less than [`QUICK_POLL`] and none is in flight. Reads atomics only.
+    pub fn is_quick(&self) -> bool {
+        let nanos = self.last_nanos.load(Ordering::Relaxed);
+        nanos > 0 && nanos < QUICK_POLL.as_nanos() as u64 && !self.flight.running()
+    }
+
+    /// `families` encoded for a request, shared with the other requests for
+    /// the same format, escaping and compression while the families stand.
+    pub fn body(
+        &self,
+        families: &ViewFamilies,
+        format: Format,
+        escaping: Escaping,
+        gzip: bool,
+    ) -> SharedBody {
+        let mut bodies = self.bodies.lock().unwrap_or_else(|e| e.into_inner());
+        if bodies.id != families.id || families.id == 0 {
+            bodies.id = families.id;
+            bodies.list.clear();
+        }
+        let wanted = (format, escaping, gzip);
+        if let Some((_, body)) = bodies.list.iter().find(|(k, _)| *k == wanted) {
+            return body.clone();
+        }
+        let rendered = encoded(
+            &families.families,
+            format,
+            escaping,
+            gzip,
+            &mut bodies.gzipper,
+        );
+        let body = SharedBody::alone(rendered);
+        bodies.list.push((wanted, body.clone()));
+        body
+    }
+
+    /// One collection of the view's source (run by one poll at a time).
+    fn collect(&self) -> Arc<ViewFamilies> {
+        let start = Instant::now();
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let state = &mut *state;
+        let rechecks =
+            std::mem::take(&mut *self.rechecks.lock().unwrap_or_else(|e| e.into_inner()));
+        if rechecks.all {
+            state.source.recheck_all();
+        }
+        for path in &rechecks.paths {
+            state.source.recheck(path);
+        }
+        state.source.set_per_writer(self.config.per_writer.as_ref());
+        let held = state.held.as_ref().map(|h| h.id);
+        let collected = catch_unwind(AssertUnwindSafe(|| state.source.collect_since(held)));
+        let families = match collected {
+            Err(_) => {
+                tracing::error!(view = %self.view.name, "Reading a view's metric files panicked (a bug); serving nothing this time.");
+                // The old reader gives its budget back as it goes.
+                state.source.reset();
+                state.held = None;
+                // A new reader's merges may take the ids of the old one's.
+                self.bodies
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .list
+                    .clear();
+                Arc::new(ViewFamilies::default())
+            }
+            Ok(gathered) => {
+                let collection = gathered.collection;
+                match &state.held {
+                    Some(held) if collection.unchanged && held.id == collection.merged_id => {
+                        held.clone()
+                    }
+                    _ => {
+                        let (transformed, _collisions) =
+                            super::transform(&self.config, collection.families);
+                        let families = Arc::new(ViewFamilies {
+                            id: collection.merged_id,
+                            families: Arc::new(view_families(&self.view, &transformed)),
+                        });
+                        state.held = Some(families.clone());
+                        families
+                    }
+                }
+            }
+        };
+        self.charged
+            .store(state.source.charged(), Ordering::Relaxed);
+        let nanos = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.last_nanos.store(nanos.max(1), Ordering::Relaxed);
+        families
+    }
+}
+
+/// Coalesces concurrent calls: a call that arrives while another runs
+/// waits for it and shares its result (like client_golang's
+/// `CoalesceGather`), so several polls cost one collection.
+#[derive(Debug)]
+pub struct Coalescer<T> {
+    flight: Mutex<Flight<T>>,
+    finished: Condvar,
+}
+
+#[derive(Debug)]
+struct Flight<T> {
+    running: bool,
+    /// Incremented each time a run ends.
+    generation: u64,
+    /// The last run's result (`None` after a panic).
+    last: Option<T>,
+}
+
+impl<T> Default for Coalescer<T> {
+    fn default() -> Self {
+        Self {
+            flight: Mutex::new(Flight {
+                running: false,
+                generation: 0,
+                last: None,
+            }),
+            finished: Condvar::new(),
+        }
+    }
+}
+
+/// Ends a run on every path, a panic too (by `Drop`): the waiters wake up.
+struct Running<'a, T> {
+    coalescer: &'a Coalescer<T>,
+    result: Option<T>,
+}
+
+impl<T> Drop for Running<'_, T> {
+    fn drop(&mut self) {
+        let mut flight = self.coalescer.lock();
+        flight.running = false;
+        flight.generation += 1;
+        flight.last = self.result.take();
+        drop(flight);
+        self.coalescer.finished.notify_all();
+    }
+}
+
+impl<T> Coalescer<T> {
+    fn lock(&self) -> MutexGuard<'_, Flight<T>> {
+        self.flight.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl<T: Clone> Coalescer<T> {
+    /// Whether a run is in flight.
+    pub fn running(&self) -> bool {
+        self.lock().running
+    }
+
+    /// Runs `run`, or, while another run is in flight, waits for it and
+    /// returns its result (runs again if it panicked).
+    pub fn run(&self, run: impl FnOnce() -> T) -> T {
+        let mut flight = self.lock();
+        while flight.running {
+            let joined = flight.generation;
+            while flight.generation == joined {
+                flight = self
+                    .finished
+                    .wait(flight)
+                    .unwrap_or_else(|e| e.into_inner());
+            }
+            if let Some(last) = &flight.last {
+                return last.clone();
+            }
+        }
+        flight.running = true;
+        drop(flight);
+        self.finish(run)
+    }
+
+    /// Runs `run` unless another run is in flight (then `None`): never
+    /// waits.
+    pub fn try_run(&self, run: impl FnOnce() -> T) -> Option<T> {
+        let mut flight = self.lock();
+        if flight.running {
+            return None;
+        }
+        flight.running = true;
+        drop(flight);
+        Some(self.finish(run))
+    }
+
+    fn finish(&self, run: impl FnOnce() -> T) -> T {
+        let mut running = Running {
+            coalescer: self,
+            result: None,
+        };
+        let result = run();
+        running.result = Some(result.clone());
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::expose::encode::encode;
+    use crate::format::file_name::GaugeMode;
+    use crate::format::writer::ProcessWriter;
+    use crate::source::writers::WriterPolicy;
+
+    fn sources(dir: &std::path::Path, budget: Option<Arc<MemoryBudget>>) -> (Source, ViewSources) {
+        let main = Source::new(
+            vec![Input::Directory(dir.to_path_buf())],
+            None,
+            LinkPolicy::default(),
+        )
+        .with_memory_budget(budget)
+        .with_writer_policy(WriterPolicy::exact());
+        let views = ViewSources::new(main.view_base());
+        (main, views)
+    }
+
+    /// A directory of one writer's 50 counters, `family_<i>_total`.
+    fn fifty_counters() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = ProcessWriter::new(dir.path(), 1);
+        for i in 0..50 {
+            let counter = writer
+                .counter(&format!("family_{i}"), "Help.", &[("i", &i.to_string())])
+                .unwrap();
+            counter.inc(&mut writer, 1.0).unwrap();
+        }
+        dir
+    }
+
+    /// `/metrics`'s families (transformed) as the main source collects them.
+    fn whole(main: &mut Source, config: &Config) -> Vec<MetricFamily> {
+        super::super::transform(config, main.collect_since(None).collection.families).0
+    }
+
+    #[test]
+    fn a_view_serves_its_families_as_cut_from_metrics_and_follows_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = ProcessWriter::new(dir.path(), 1);
+        let waiting = writer
+            .gauge(
+                "vllm:num_requests_waiting",
+                "Waiting.",
+                &[("model_name", "m")],
+                GaugeMode::MostRecent,
+            )
+            .unwrap();
+        waiting.set(&mut writer, 3.0).unwrap();
+        let tokens = writer
+            .counter("vllm:prompt_tokens", "Tokens.", &[("model_name", "m")])
+            .unwrap();
+        tokens.inc(&mut writer, 5.0).unwrap();
+        let (mut main, views) = sources(dir.path(), None);
+        let config = Arc::new(Config::default());
+        let view = config.views[0].clone();
+        let entry = views.entry(&view, &config).unwrap();
+        let first = views.families(&entry);
+        let text = String::from_utf8(encode(&first.families, Format::Text, Escaping::Underscores))
+            .unwrap();
+        assert!(
+            text.contains("vllm:num_requests_waiting{model_name=\"m\"} 3.0"),
+            "{text}"
+        );
+        assert!(!text.contains("prompt_tokens"), "{text}");
+        assert_eq!(
+            *first.families,
+            view_families(&view, &whole(&mut main, &config))
+        );
+        // Unchanged: the same families, and the same body, shared.
+        let again = views.families(&entry);
+        assert!(Arc::ptr_eq(&first, &again));
+        let body = entry.body(&again, Format::Text, Escaping::Underscores, true);
+        assert!(!body.gzipped(), "a small answer is sent as it is");
+        let body_again = entry.body(&again, Format::Text, Escaping::Underscores, true);
+        assert!(std::ptr::eq(
+            body.as_ref().as_ptr(),
+            body_again.as_ref().as_ptr()
+        ));
+        waiting.set(&mut writer, 4.0).unwrap();
+        let changed = views.families(&entry);
+        assert_eq!(
+            *changed.families,
+            view_families(&view, &whole(&mut main, &config))
+        );
+        // The view's reader interned only the view's keys.
+        let state = entry.state.lock().unwrap();
+        assert_eq!(state.held.as_ref().unwrap().families.len(), 1);
+    }
+
+    #[test]
+    fn an_encoded_name_and_the_names_it_spells_are_two_keys() {
+        let encoded = View::of_sample_names(&["A&name[]=B".to_owned()]);
+        let two = View::of_sample_names(&["A".to_owned(), "B".to_owned()]);
+        assert_eq!(encoded.name, two.name, "the joined names, as keyed before");
+        assert_ne!(ViewKey::of(&encoded), ViewKey::of(&two));
+        // Order and repetition make no other set.
+        let reordered = View::of_sample_names(&["B".to_owned(), "A".to_owned(), "B".to_owned()]);
+        assert_eq!(ViewKey::of(&reordered), ViewKey::of(&two));
+    }
+
+    #[test]
+    fn a_view_source_gives_its_budget_back_when_evicted_reloaded_or_rebuilt() {
+        let dir = fifty_counters();
+        let budget = Arc::new(MemoryBudget::new(usize::MAX / 2));
+        let (mut main, views) = sources(dir.path(), Some(budget.clone()));
+        let config = Arc::new(Config::default());
+        main.collect_since(None);
+        let before = budget.held();
+        assert!(before > 0);
+        for i in 0..20 {
+            let view = View::of_sample_names(&[format!("family_{i}_total")]);
+            if let Some(entry) = views.entry(&view, &config) {
+                let families = views.families(&entry);
+                assert_eq!(families.families.len(), 1);
+            }
+        }
+        assert!(budget.held() > before, "the kept sources hold their keys");
+        assert!(views.kept_queries().len() <= MAX_KEPT_QUERIES);
+        views.reconfigured(&Arc::new(Config::default()));
+        assert_eq!(budget.held(), before);
+    }
+
+    #[test]
+    fn a_name_set_gets_no_source_of_its_own_when_the_budget_is_nearly_full() {
+        let dir = fifty_counters();
+        let config = Arc::new(Config::default());
+        let query = View::of_sample_names(&["family_0_total".to_owned()]);
+        // How much the main source holds, measured with room to spare.
+        let roomy = Arc::new(MemoryBudget::new(usize::MAX / 2));
+        let (mut main, _) = sources(dir.path(), Some(roomy.clone()));
+        main.collect_since(None);
+        let needed = roomy.held();
+        // A budget the main source fills to about 80%: above the admission
+        // share, so `/metrics` keeps every file and the set is cut from the
+        // shared collection.
+        let tight = Arc::new(MemoryBudget::new(needed * 100 / 80));
+        let (mut main, views) = sources(dir.path(), Some(tight.clone()));
+        assert!(main.collect_since(None).collection.problems.is_empty());
+        assert!(views.entry(&query, &config).is_none());
+        // With room, the set gets its own.
+        let (mut main, views) = sources(dir.path(), Some(roomy));
+        main.collect_since(None);
+        assert!(views.entry(&query, &config).is_some());
+    }
+
+    #[test]
+    fn a_panic_wakes_the_coalesced_waiters_and_the_next_call_runs_again() {
+        let coalescer = Arc::new(Coalescer::<u32>::default());
+        let started = Arc::new(std::sync::Barrier::new(2));
+        let runner = {
+            let (coalescer, started) = (coalescer.clone(), started.clone());
+            std::thread::spawn(move || {
+                catch_unwind(AssertUnwindSafe(|| {
+                    coalescer.run(|| {
+                        started.wait();
+                        std::thread::sleep(Duration::from_millis(50));
+                        panic!("a bug")
+                    })
+                }))
+                .is_err()
+            })
+        };
+        started.wait();
+        assert_eq!(coalescer.try_run(|| 1), None, "never waits");
+        // Joins the run that panics, then runs itself.
+        assert_eq!(coalescer.run(|| 2), 2);
+        assert!(runner.join().unwrap());
+        assert!(!coalescer.running());
+    }
+}
