@@ -55,6 +55,14 @@ const QWEN: &str = "Qwen/Qwen2.5-7B-Instruct";
 /// What Grafana makes of `$__rate_interval` for a 15 s scrape interval.
 const RATE_INTERVAL: &str = "1m";
 
+/// The names of a dashboard's template variables.
+fn variable_names(dashboard: &Json) -> BTreeSet<String> {
+    variables(dashboard)
+        .iter()
+        .map(|v| v["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
 /// `tests/python/vllm_full_load.py` writing one pod's directory until dropped.
 struct Writer {
     child: Child,
@@ -381,6 +389,24 @@ fn every_dashboard_and_rule_query_returns_data_and_the_test_alerts_fire() {
             .map(|v| v["name"].as_str().unwrap().to_owned())
             .collect();
         let per_scheme = names.contains("vllm_prefix") || names.contains("lmcache_prefix");
+        if names.contains("sglang_prefix") {
+            // SGLang's dashboard: the `sglang` job, its names unchanged.
+            let values = [
+                ("sglang_prefix", "sglang:"),
+                ("job", "sglang"),
+                ("model_name", ".*"),
+                ("instance", ".*"),
+                ("__rate_interval", RATE_INTERVAL),
+            ];
+            for q in panel_queries(&dashboard) {
+                queries.push(Query {
+                    origin: format!("{file}: panel {:?} query {}", q.panel, q.ref_id),
+                    promql: substitute(&q.expr, &values),
+                    job: Some("sglang".to_owned()),
+                });
+            }
+            continue;
+        }
         for (i, scheme) in schemes.iter().enumerate() {
             if !per_scheme && i > 0 {
                 break;
@@ -433,6 +459,34 @@ fn every_dashboard_and_rule_query_returns_data_and_the_test_alerts_fire() {
     // Template variables find what Grafana would offer.
     for (file, dashboard) in dashboards() {
         let file = file.file_name().unwrap().to_string_lossy().into_owned();
+        if variable_names(&dashboard).contains("sglang_prefix") {
+            let values = [
+                ("sglang_prefix", "sglang:"),
+                ("job", "sglang"),
+                ("model_name", ".*"),
+            ];
+            for v in variables(&dashboard)
+                .iter()
+                .filter(|v| v["type"] == "query")
+            {
+                let name = v["name"].as_str().unwrap();
+                let query = substitute(v["query"]["query"].as_str().unwrap(), &values);
+                let (selector, label) = monitoring::parse_label_values(&query);
+                let found = prometheus.label_values(&selector, &label);
+                let expected = match name {
+                    "sglang_prefix" => "sglang:num_running_reqs".to_owned(),
+                    "job" => "sglang".to_owned(),
+                    "model_name" => "qwen".to_owned(),
+                    "instance" => sglang_instance.clone(),
+                    other => panic!("{file}: no expectation for variable {other}"),
+                };
+                assert!(
+                    found.contains(&expected),
+                    "{file}: variable {name} ({query}): {found:?} lacks {expected}"
+                );
+            }
+            continue;
+        }
         for scheme in &schemes {
             let values = [
                 ("vllm_prefix", scheme.vllm_prefix.as_str()),
