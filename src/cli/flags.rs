@@ -178,6 +178,16 @@ pub struct DirectoryFlags {
     pub remove_stale_subdirectories: bool,
 }
 
+/// `--demo.engine`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum DemoEngine {
+    /// vLLM 0.33.0 with LMCache 0.5.6.
+    #[default]
+    Vllm,
+    /// SGLang 0.5.23.
+    Sglang,
+}
+
 /// `--writers.liveness`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
 pub enum LivenessArg {
@@ -802,6 +812,16 @@ pub struct DemoFlags {
         value_parser = clap::builder::BoolishValueParser::new()
     )]
     pub continue_: bool,
+    /// The server simulated: `vllm` (API servers, engines, LMCache workers)
+    /// or `sglang` (SGLang 0.5.23's families: two scheduler ranks and the
+    /// tokenizer manager; docs/sglang.md).
+    #[arg(
+        long = "demo.engine",
+        env = "MULTIPROC_EXPORTER_DEMO_ENGINE",
+        value_enum,
+        default_value = "vllm"
+    )]
+    pub engine: DemoEngine,
     /// Seed of the simulation (the same seed gives the same values).
     #[arg(
         long = "demo.seed",

@@ -11,9 +11,9 @@
 //! `sglang-0.5.23-metrics-collector.json` beside them is SGLang 0.5.23's
 //! families (name, type, help, label names, bounds, gauge mode, the collector
 //! and so the process writing it), extracted from its source by
-//! `scripts/sglang-catalogue.py`; the SGLang-like server of the tests
-//! (`tests/python/temporary_dir_server.py`) writes them. The simulation does
-//! not draw from it yet (`demo` is vLLM's).
+//! `scripts/sglang-catalogue.py`; `super::sglang` (`demo --demo.engine
+//! sglang`) and the tests' SGLang-like server
+//! (`tests/python/temporary_dir_server.py`) write them.
 
 use std::collections::BTreeMap;
 use std::io;
