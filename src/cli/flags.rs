@@ -620,6 +620,17 @@ pub struct DiscoverFlags {
         default_value = "10s"
     )]
     pub web_scrape_timeout: Duration,
+    /// With --discover.processes, the oldest a late pod's last collection
+    /// may be to be served in its place: past it, the pod is left out (a
+    /// gap in its series rather than frozen values) until its read ends.
+    /// Default: three times --web.scrape-timeout.
+    #[arg(
+        long = "discover.late-max-age",
+        env = "MULTIPROC_EXPORTER_DISCOVER_LATE_MAX_AGE",
+        value_name = "DURATION",
+        value_parser = parse_duration
+    )]
+    pub discover_late_max_age: Option<Duration>,
 }
 
 /// Flags of `serve` (and of the command line without a subcommand).

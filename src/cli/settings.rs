@@ -295,6 +295,9 @@ impl DiscoverFlags {
                 reserved_descriptors: self.discover_reserved_descriptors,
             },
             scrape_timeout: self.web_scrape_timeout,
+            late_max_age: self
+                .discover_late_max_age
+                .unwrap_or(self.web_scrape_timeout * 3),
         }))
     }
 }

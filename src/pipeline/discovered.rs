@@ -33,8 +33,8 @@ use std::time::{Duration, Instant};
 
 use crate::model::Label;
 pub use crate::pipeline::discovered_labels::{
-    label_targets, target_labels, DiscoverLabels, LabelledTarget, DIRECTORY_LABEL, PROCESS_LABEL,
-    UNIT_LABEL,
+    label_targets, target_labels, DiscoverLabels, LabelledTarget, Suffixed, DIRECTORY_LABEL,
+    PROCESS_LABEL, UNIT_LABEL,
 };
 use crate::pipeline::parts::{Capped, PartCaps, PartReaders, PartSpec, PartsCollection, Pin};
 use crate::source::descriptors;
@@ -69,6 +69,10 @@ pub struct DiscoverOptions {
     /// `X-Prometheus-Scrape-Timeout-Seconds` when shorter): every part's
     /// collection gets [`PART_SHARE`] of it.
     pub scrape_timeout: Duration,
+    /// The oldest a late part's last collection may be to be served in its
+    /// place (`--discover.late-max-age`; default three scrape timeouts):
+    /// past it, the part is left out.
+    pub late_max_age: Duration,
 }
 
 impl Default for DiscoverOptions {
@@ -80,6 +84,7 @@ impl Default for DiscoverOptions {
             labels: DiscoverLabels::default(),
             caps: DiscoverCaps::default(),
             scrape_timeout: DEFAULT_SCRAPE_TIMEOUT,
+            late_max_age: crate::pipeline::parts::DEFAULT_MAX_LATE_AGE,
         }
     }
 }
@@ -276,9 +281,9 @@ pub struct PartCost {
     pub directories_not_kept: usize,
     /// Left out by a cap of files or samples ([`Capped`]).
     pub capped: Option<Capped>,
-    /// Not collected within its share of the scrape: `Some(true)` served
-    /// from its last collection, `Some(false)` left out.
-    pub late: Option<bool>,
+    /// Not collected within its share of the scrape: what was served
+    /// instead.
+    pub late: Option<crate::pipeline::parts::LateServed>,
 }
 
 /// The combined families of every discovered directory, and what discovery
@@ -303,6 +308,9 @@ pub struct DiscoveredReader {
     pending: Vec<RefreshReport>,
     /// Each target as last reported (to report a dropped one).
     known: BTreeMap<DirId, TargetReport>,
+    /// The directories told apart by their inode, for as long as they are
+    /// discovered (their labels never pass to another directory).
+    suffixed: Suffixed,
     /// The last scan's problems and unreadable processes.
     problems: Vec<ProblemReport>,
     processes_unreadable: usize,
@@ -331,13 +339,14 @@ impl DiscoveredReader {
             max_kept,
         });
         Self {
-            parts: part_readers(&options.caps),
+            parts: part_readers(&options),
             options,
             discovery,
             last_refresh: None,
             last_holder_check: None,
             pending: Vec::new(),
             known: BTreeMap::new(),
+            suffixed: Suffixed::default(),
             problems: Vec::new(),
             processes_unreadable: 0,
             max_kept,
@@ -371,7 +380,7 @@ impl DiscoveredReader {
     /// panic); the discovered directories stay open.
     pub fn reset(&mut self, budget: Option<Arc<MemoryBudget>>, policy: WriterPolicy) {
         self.parts.release_budget();
-        self.parts = part_readers(&self.options.caps);
+        self.parts = part_readers(&self.options);
         self.parts.set_memory_budget(budget);
         self.parts.set_writer_policy(policy);
     }
@@ -400,8 +409,11 @@ impl DiscoveredReader {
             target,
             labels,
             name,
-        } in label_targets(self.discovery.targets().values(), &self.options.labels)
-        {
+        } in label_targets(
+            self.discovery.targets().values(),
+            &self.options.labels,
+            &mut self.suffixed,
+        ) {
             groups
                 .entry(labels)
                 .or_insert_with(|| (name, Vec::new()))
@@ -553,7 +565,7 @@ impl DiscoveredReader {
         self.last_holder_check = Some(now);
         let labels = &self.options.labels;
         let targets = self.discovery.targets();
-        let added = label_targets(targets.values(), labels)
+        let added = label_targets(targets.values(), labels, &mut self.suffixed)
             .into_iter()
             .filter(|t| refresh.added.contains(&t.target.id()))
             .map(|t| report_of(t.target, &t.labels, &t.name))
@@ -594,13 +606,15 @@ fn parts_deadline(start: Instant, scanned: Instant, timeout: Duration) -> Instan
     share.max(after_scan).min(start + timeout.mul_f64(0.9))
 }
 
-/// The parts' readers, with the caps of files and samples.
-fn part_readers(caps: &DiscoverCaps) -> PartReaders<Vec<Label>> {
+/// The parts' readers, with the caps of files and samples and the oldest
+/// a late part's last collection may be.
+fn part_readers(options: &DiscoverOptions) -> PartReaders<Vec<Label>> {
     let mut parts = PartReaders::new(LinkPolicy::NoLinks);
     parts.set_caps(PartCaps {
-        max_files: caps.max_files,
-        max_series: caps.max_series,
+        max_files: options.caps.max_files,
+        max_series: options.caps.max_series,
     });
+    parts.set_max_late_age(options.late_max_age);
     parts
 }
 

@@ -22,13 +22,22 @@
 //!   sum. When two directories would still get one label set (one path in
 //!   two mount namespaces, or a directory deleted and made anew at the same
 //!   path while the old one is kept), the one found later has `#<inode>`
-//!   after its path in [`DIRECTORY_LABEL`].
+//!   (its own inode) after its path in [`DIRECTORY_LABEL`], and keeps it for
+//!   as long as it is discovered ([`Suffixed`]): when the older one goes, the
+//!   younger does not take over its labels, so two directories' series never
+//!   join (issue 40).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
 use crate::model::Label;
-use crate::source::discover::Target;
+use crate::source::discover::{DirId, Target};
+
+/// The directories given `#<inode>` after their path, remembered for as
+/// long as they are discovered (their labels never change back to another
+/// directory's); one per discovering reader.
+#[derive(Debug, Default)]
+pub struct Suffixed(HashSet<DirId>);
 
 /// The label of a directory written by a process outside any container and
 /// systemd service: its command name.
@@ -93,27 +102,42 @@ pub struct LabelledTarget<'a> {
 }
 
 /// Every target with its labels (see the module's documentation), in the
-/// order given; only a pod's directories may share a label set.
+/// order given; only a pod's directories may share a label set. `suffixed`
+/// remembers which directories had to be told apart by their inode.
 pub fn label_targets<'a>(
     targets: impl IntoIterator<Item = &'a Target>,
     names: &DiscoverLabels,
+    suffixed: &mut Suffixed,
 ) -> Vec<LabelledTarget<'a>> {
     let targets: Vec<&Target> = targets.into_iter().collect();
-    // The one found first keeps its path alone, whatever the caller's order.
+    let present: HashSet<DirId> = targets.iter().map(|t| t.id()).collect();
+    suffixed.0.retain(|id| present.contains(id));
+    // The one found first keeps its path alone, whatever the caller's order;
+    // those told apart before keep their suffix, whatever has gone since.
     let mut by_age: Vec<usize> = (0..targets.len()).collect();
-    by_age.sort_by_key(|&i| (targets[i].first_seen(), targets[i].id()));
+    by_age.sort_by_key(|&i| {
+        let target = targets[i];
+        (
+            !suffixed.0.contains(&target.id()),
+            target.first_seen(),
+            target.id(),
+        )
+    });
     let mut out: Vec<Option<LabelledTarget<'a>>> = targets.iter().map(|_| None).collect();
     let mut taken: BTreeSet<Vec<Label>> = BTreeSet::new();
     for i in by_age {
         let target = targets[i];
         let (mut labels, mut name) = target_labels(target, names);
-        if target.pod().is_none() && !taken.insert(labels.clone()) {
+        if target.pod().is_none()
+            && (suffixed.0.contains(&target.id()) || !taken.insert(labels.clone()))
+        {
             let unique = format!("{}#{}", target.dir().display(), target.id().ino);
             if let Some(last) = labels.last_mut() {
                 last.1 = unique.as_str().into();
             }
             name = format!("{name}#{}", target.id().ino).into();
             taken.insert(labels.clone());
+            suffixed.0.insert(target.id());
         }
         out[i] = Some(LabelledTarget {
             target,

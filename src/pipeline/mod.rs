@@ -12,6 +12,7 @@
 //! [`Event`]s), never as a failure: `dump` prints it, `serve` logs it once
 //! and counts it (`crate::server`'s telemetry).
 
+pub mod coalesce;
 mod collector;
 pub mod compaction;
 pub mod discovered;
@@ -22,6 +23,7 @@ pub mod part_status;
 pub mod parts;
 pub mod per_writer;
 pub mod rendered;
+pub mod shared;
 pub mod subdirectories;
 pub mod views;
 

@@ -21,11 +21,11 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::model::Label;
 pub use crate::pipeline::fair::Pin;
-use crate::pipeline::fair::{wait, Finished, Outcome, Settings, Slot};
+use crate::pipeline::fair::{wait, Finished, Late, Outcome, Settings, Slot};
 use crate::pipeline::lifecycle::WriterReport;
 use crate::pipeline::part_status::PartStatus;
 use crate::pipeline::{CollectStats, Collection};
@@ -86,10 +86,38 @@ pub struct PartReport<K> {
     pub series: usize,
     /// The cap that left it out, if one did.
     pub capped: Option<Capped>,
-    /// Its collection was not done by the deadline: `Some(true)` when its
-    /// last collection's families are served instead, `Some(false)` when
-    /// it has none yet (left out); `None` when done in time.
-    pub late: Option<bool>,
+    /// Its collection was not done by the deadline: what was served
+    /// instead; `None` when done in time.
+    pub late: Option<LateServed>,
+}
+
+/// The default oldest a late part's last collection may be to be served in
+/// its place (`--discover.late-max-age`): three of Prometheus's default
+/// scrape timeouts (10 s), so that a pod stuck for longer shows as a gap,
+/// not as flat lines.
+pub const DEFAULT_MAX_LATE_AGE: Duration = Duration::from_secs(30);
+
+/// What a part whose collection was not done by the deadline served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LateServed {
+    /// Its last collection, younger than the maximum age
+    /// (`--discover.late-max-age`).
+    Last,
+    /// Nothing: its last collection was older than the maximum age.
+    Expired,
+    /// Nothing: it had no collection yet.
+    None,
+}
+
+impl LateServed {
+    /// Its `served` label value (`multiproc_exporter_discovery_part_late`).
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Last => "last",
+            Self::Expired => "expired",
+            Self::None => "none",
+        }
+    }
 }
 
 /// The result of one [`PartReaders::collect`].
@@ -153,6 +181,7 @@ impl<K: Ord + Clone> PartReaders<K> {
                 budget: None,
                 policy: WriterPolicy::exact(),
                 per_writer: None,
+                max_late_age: DEFAULT_MAX_LATE_AGE,
             },
             readers: BTreeMap::new(),
             caps: PartCaps::default(),
@@ -168,6 +197,12 @@ impl<K: Ord + Clone> PartReaders<K> {
     /// Sets what one part may cost.
     pub fn set_caps(&mut self, caps: PartCaps) {
         self.caps = caps;
+    }
+
+    /// Sets the oldest a late part's last collection may be to be served
+    /// in its place (older, the part is left out).
+    pub fn set_max_late_age(&mut self, max_age: Duration) {
+        self.settings.max_late_age = max_age;
     }
 
     /// [`Collector::set_per_writer`](crate::pipeline::Collector::set_per_writer) for every part's reader.
@@ -226,6 +261,15 @@ impl<K: Ord + Clone> PartReaders<K> {
         self.collect_with(parts, Some(deadline))
     }
 
+    /// Each part's share of the memory budget when `parts` are read: an
+    /// equal one.
+    fn share(&self, parts: usize) -> usize {
+        self.settings
+            .budget
+            .as_ref()
+            .map_or(usize::MAX, |budget| budget.limit() / parts.max(1))
+    }
+
     fn collect_with(
         &mut self,
         parts: Vec<PartSpec<K>>,
@@ -233,12 +277,14 @@ impl<K: Ord + Clone> PartReaders<K> {
     ) -> PartsCollection<K> {
         let mut out = PartsCollection::default();
         let mut previous = std::mem::take(&mut self.readers);
+        let share = self.share(parts.len());
         let mut slots = Vec::with_capacity(parts.len());
         for spec in &parts {
             let slot = previous.remove(&spec.key).unwrap_or_else(|| {
                 out.appeared.push(spec.key.clone());
-                Slot::new(&self.settings)
+                Slot::new(&self.settings, share)
             });
+            slot.set_share(share);
             slots.push(slot);
         }
         out.disappeared = previous
@@ -248,53 +294,36 @@ impl<K: Ord + Clone> PartReaders<K> {
                 key
             })
             .collect();
-        // A part over the cap of files last time is not read while it still
-        // holds more (counted from its listing alone).
-        let mut outcomes: Vec<Option<Outcome>> = parts
-            .iter()
-            .zip(&mut slots)
-            .map(|(spec, slot)| {
-                let max = self.caps.max_files?;
-                let files = slot.still_over_files(&spec.inputs, max, &self.settings)?;
-                Some(Outcome::OverFiles(files))
-            })
-            .collect();
-        match deadline {
-            None => {
-                for ((spec, slot), outcome) in parts.iter().zip(&mut slots).zip(&mut outcomes) {
-                    if outcome.is_none() {
-                        let collection = slot.run(&spec.inputs, &self.settings);
-                        *outcome = Some(Outcome::Fresh(Box::new(collection)));
-                    }
-                }
-            }
+        let max_files = self.caps.max_files;
+        let outcomes: Vec<Outcome> = match deadline {
+            None => parts
+                .iter()
+                .zip(&mut slots)
+                .map(|(spec, slot)| slot.run(&spec.inputs, &self.settings, max_files))
+                .collect(),
             Some(deadline) => {
-                for ((spec, slot), outcome) in parts.iter().zip(&mut slots).zip(&outcomes) {
-                    if outcome.is_none() {
-                        slot.start(&spec.inputs, &spec.pins, &self.settings, &self.finished);
-                    }
+                for (spec, slot) in parts.iter().zip(&mut slots) {
+                    slot.start(
+                        &spec.inputs,
+                        &spec.pins,
+                        &self.settings,
+                        max_files,
+                        &self.finished,
+                    );
                 }
-                let read: Vec<&Slot> = slots
-                    .iter()
-                    .zip(&outcomes)
-                    .filter(|(_, o)| o.is_none())
-                    .map(|(s, _)| s)
-                    .collect();
-                wait(&self.finished, read.iter().copied(), deadline);
-                for (slot, outcome) in slots.iter_mut().zip(&mut outcomes) {
-                    if outcome.is_none() {
-                        *outcome = Some(slot.outcome());
-                    }
-                }
+                wait(&self.finished, slots.iter(), deadline);
+                slots
+                    .iter_mut()
+                    .map(|slot| slot.outcome(self.settings.max_late_age))
+                    .collect()
             }
-        }
+        };
         let mut problems = Vec::new();
         let mut stats = CollectStats::default();
         let mut writers = WriterReport::default();
         let mut ray_logs_unreadable = None;
         let mut combined = Vec::with_capacity(parts.len());
         for ((spec, mut slot), outcome) in parts.into_iter().zip(slots).zip(outcomes) {
-            let outcome = outcome.unwrap_or(Outcome::Late(None));
             let mut report = PartReport {
                 key: spec.key.clone(),
                 files: 0,
@@ -329,9 +358,13 @@ impl<K: Ord + Clone> PartReaders<K> {
                     }
                     collection.families
                 }
-                Outcome::Late(last) => {
-                    report.late = Some(last.is_some());
-                    let families = last.unwrap_or_default();
+                Outcome::Late(late) => {
+                    let (served, families) = match late {
+                        Late::Last(families) => (LateServed::Last, families),
+                        Late::Expired => (LateServed::Expired, Vec::new()),
+                        Late::None => (LateServed::None, Vec::new()),
+                    };
+                    report.late = Some(served);
                     let mut status = status_of(&spec, &Collection::default());
                     status.samples = families.iter().map(|f| f.samples.len()).sum();
                     out.statuses.push(status);
@@ -512,7 +545,10 @@ mod tests {
             .unwrap()
         };
         let late = |out: &PartsCollection<String>| -> Vec<Option<bool>> {
-            out.reports.iter().map(|r| r.late).collect()
+            out.reports
+                .iter()
+                .map(|r| r.late.map(|l| l == LateServed::Last))
+                .collect()
         };
         let soon = || Instant::now() + Duration::from_secs(60);
         let mut readers = PartReaders::new(LinkPolicy::NoLinks);
@@ -548,12 +584,12 @@ mod tests {
         let c = tmp.path().join("c");
         std::fs::create_dir_all(&c).unwrap();
         counter(&c, 1, 7.0);
-        readers.collect(vec![spec("c", &c, "C:/m")]);
-        let stuck = readers.readers[&"c".to_owned()].stall();
+        let slot = Slot::new(&readers.settings, usize::MAX);
+        let stuck = slot.stall();
+        readers.readers.insert("c".to_owned(), slot);
         let mut with_c = specs();
         with_c.push(spec("c", &c, "C:/m"));
         let out = readers.collect_by(with_c, Instant::now() + Duration::from_millis(50));
-        // (It was read by `collect`, which keeps no last families.)
         assert_eq!(late(&out), [None, None, Some(false)]);
         assert!(!text(&out).contains("part=\"c\""));
         drop(stuck);
@@ -599,5 +635,133 @@ mod tests {
         let out = readers.collect(vec![spec("a", &a, "A:/m")]);
         assert_eq!(out.reports[0].capped, Some(Capped::Series(1)));
         assert!(out.collection.families.is_empty());
+    }
+
+    fn text_of(out: &PartsCollection<String>) -> String {
+        String::from_utf8(crate::expose::encode::encode(
+            &out.collection.families,
+            crate::expose::encode::Format::Text,
+            crate::expose::encode::Escaping::Underscores,
+        ))
+        .unwrap()
+    }
+
+    /// Issue 40: a late pod was served from its last collection with no
+    /// age limit, so a read stuck in the kernel served frozen values for
+    /// ever (flat lines in Prometheus instead of a gap).
+    #[test]
+    fn a_stuck_pod_is_left_out_after_the_age_limit_and_the_others_stay_fresh() {
+        use std::time::Duration;
+        let tmp = tempfile::tempdir().unwrap();
+        let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        counter(&a, 1, 1.0);
+        counter(&b, 1, 5.0);
+        let specs = || vec![spec("a", &a, "A:/m"), spec("b", &b, "B:/m")];
+        let mut readers = PartReaders::new(LinkPolicy::NoLinks);
+        let max_age = Duration::from_secs(2);
+        readers.set_max_late_age(max_age);
+        let soon = || Instant::now() + Duration::from_secs(60);
+        readers.collect_by(specs(), soon());
+        let stuck = readers.readers[&"b".to_owned()].stall();
+        counter(&a, 1, 2.0);
+        let out = readers.collect_by(specs(), Instant::now() + Duration::from_millis(50));
+        assert_eq!(out.reports[1].late, Some(LateServed::Last));
+        assert!(text_of(&out).contains("c_total{part=\"b\"} 5.0"));
+        // Past the age limit: left out, counted as expired; `a` is fresh.
+        std::thread::sleep(max_age + Duration::from_millis(500));
+        counter(&a, 1, 3.0);
+        let out = readers.collect_by(specs(), Instant::now() + Duration::from_millis(50));
+        assert_eq!(out.reports[0].late, None);
+        assert_eq!(out.reports[1].late, Some(LateServed::Expired));
+        let served = text_of(&out);
+        assert!(served.contains("c_total{part=\"a\"} 3.0"), "{served}");
+        assert!(!served.contains("part=\"b\""), "{served}");
+        // Unstuck: served anew.
+        drop(stuck);
+        let out = readers.collect_by(specs(), soon());
+        assert_eq!(out.reports[1].late, None);
+        assert!(text_of(&out).contains("c_total{part=\"b\"} 5.0"));
+    }
+
+    /// Issue 40: every collection started one OS thread per pod.
+    #[test]
+    fn each_pod_has_one_long_lived_worker_not_a_thread_per_collection() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        counter(&a, 1, 1.0);
+        counter(&b, 1, 5.0);
+        let mut readers = PartReaders::new(LinkPolicy::NoLinks);
+        for i in 0..10 {
+            counter(&a, 1, f64::from(i));
+            let out = readers.collect_by(
+                vec![spec("a", &a, "A:/m"), spec("b", &b, "B:/m")],
+                Instant::now() + std::time::Duration::from_secs(60),
+            );
+            assert!(text_of(&out).contains(&format!("c_total{{part=\"a\"}} {}.0", i)));
+        }
+        let workers: Vec<usize> = readers
+            .readers
+            .values()
+            .map(Slot::workers_started)
+            .collect();
+        assert_eq!(workers, [1, 1]);
+    }
+
+    /// Issue 40: a hostile pod's first read mapped all its files against
+    /// the shared budget before its caps applied, leaving the others none.
+    #[test]
+    fn a_hostile_pod_cannot_take_the_others_budget_before_its_caps_apply() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (hostile, quiet) = (tmp.path().join("hostile"), tmp.path().join("quiet"));
+        std::fs::create_dir_all(&hostile).unwrap();
+        std::fs::create_dir_all(&quiet).unwrap();
+        for pid in 0..40 {
+            counter(&hostile, pid, 1.0);
+        }
+        counter(&quiet, 1, 5.0);
+        // What one file costs, measured.
+        let one = {
+            let budget = Arc::new(MemoryBudget::new(usize::MAX));
+            let mut readers = PartReaders::new(LinkPolicy::NoLinks);
+            readers.set_memory_budget(Some(budget.clone()));
+            readers.collect(vec![spec("quiet", &quiet, "Q:/m")]);
+            budget.held()
+        };
+        assert!(one > 0);
+        // Room for the quiet pod's file and 20 of the hostile's 40: read
+        // first, the hostile pod used to take it all.
+        let budget = Arc::new(MemoryBudget::new(one * 21));
+        let mut readers = PartReaders::new(LinkPolicy::NoLinks);
+        readers.set_memory_budget(Some(budget.clone()));
+        let out = readers.collect(vec![
+            spec("hostile", &hostile, "H:/m"),
+            spec("quiet", &quiet, "Q:/m"),
+        ]);
+        let served = text_of(&out);
+        assert!(served.contains("c_total{part=\"quiet\"} 5.0"), "{served}");
+        assert!(budget.held() <= budget.limit());
+
+        // Past the cap of files, a pod is listed, never read, not even once.
+        let budget = Arc::new(MemoryBudget::new(usize::MAX));
+        let mut readers = PartReaders::new(LinkPolicy::NoLinks);
+        readers.set_memory_budget(Some(budget.clone()));
+        readers.set_caps(PartCaps {
+            max_files: Some(10),
+            max_series: None,
+        });
+        let out = readers.collect_by(
+            vec![
+                spec("hostile", &hostile, "H:/m"),
+                spec("quiet", &quiet, "Q:/m"),
+            ],
+            Instant::now() + std::time::Duration::from_secs(60),
+        );
+        assert_eq!(out.reports[0].capped, Some(Capped::Files(40)));
+        assert_eq!(readers.readers[&"hostile".to_owned()].share_held(), Some(0));
+        assert_eq!(budget.held(), one);
     }
 }

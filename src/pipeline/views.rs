@@ -13,7 +13,7 @@
 //!   answer by [`view_families`], the one place a view's families are
 //!   produced (after the merge and the transform, before encoding).
 //! * **Coalesced.** Concurrent polls of one view share one collection
-//!   ([`Coalescer`]); an unchanged merge is skipped
+//!   ([`super::coalesce::Coalescer`]); an unchanged merge is skipped
 //!   ([`super::Collector::collect_since`]) and its encoded bodies sent again.
 //! * **Bounded.** Configured views have one source each, dropped with the
 //!   configuration that declared them (a reload: [`ViewSources::reconfigured`]).
@@ -43,7 +43,7 @@ use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::expose::encode::{Escaping, Format};
@@ -55,6 +55,7 @@ use crate::source::{Input, MemoryBudget};
 use crate::transform::config::Config;
 use crate::transform::views::{Matching, SourceFilter, View};
 
+use super::coalesce::{Coalescer, Rechecks};
 use super::rendered::{encoded, SharedBody};
 use super::Source;
 
@@ -172,7 +173,7 @@ pub struct ViewEntry {
     flight: Coalescer<Arc<ViewFamilies>>,
     /// Locked only by the poll that runs the collection.
     state: Mutex<EntryState>,
-    rechecks: Mutex<Rechecks>,
+    rechecks: Rechecks,
     bodies: Mutex<Bodies>,
     /// How long its last collection took, in nanoseconds (0: none yet).
     last_nanos: AtomicU64,
@@ -188,16 +189,6 @@ struct EntryState {
     source: Source,
     held: Option<Arc<ViewFamilies>>,
 }
-
-/// Files the watcher saw modified since the entry's last collection.
-#[derive(Debug, Default)]
-struct Rechecks {
-    all: bool,
-    paths: Vec<PathBuf>,
-}
-
-/// Beyond this many pending paths, every file is rechecked instead.
-const MAX_PENDING_RECHECKS: usize = 4096;
 
 /// Bodies encoded from the families of [`Bodies::id`], by request.
 #[derive(Debug, Default)]
@@ -296,7 +287,7 @@ impl ViewSources {
                 source: base.source(view.source_filter(config), view.wants_own()),
                 held: None,
             }),
-            rechecks: Mutex::default(),
+            rechecks: Rechecks::default(),
             bodies: Mutex::default(),
             last_nanos: AtomicU64::new(0),
             last_used: AtomicU64::new(0),
@@ -315,23 +306,14 @@ impl ViewSources {
     /// maps (see [`crate::source::Reader::recheck`]).
     pub fn recheck(&self, paths: &[PathBuf]) {
         for entry in self.entries().all() {
-            let mut rechecks = entry.rechecks.lock().unwrap_or_else(|e| e.into_inner());
-            if !rechecks.all {
-                rechecks.paths.extend(paths.iter().cloned());
-                if rechecks.paths.len() > MAX_PENDING_RECHECKS {
-                    rechecks.all = true;
-                    rechecks.paths.clear();
-                }
-            }
+            entry.rechecks.add(paths.iter().cloned());
         }
     }
 
     /// Has every source check every file with `stat`.
     pub fn recheck_all(&self) {
         for entry in self.entries().all() {
-            let mut rechecks = entry.rechecks.lock().unwrap_or_else(|e| e.into_inner());
-            rechecks.all = true;
-            rechecks.paths.clear();
+            entry.rechecks.add_all();
         }
     }
 
@@ -464,14 +446,7 @@ impl ViewEntry {
         let start = Instant::now();
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let state = &mut *state;
-        let rechecks =
-            std::mem::take(&mut *self.rechecks.lock().unwrap_or_else(|e| e.into_inner()));
-        if rechecks.all {
-            state.source.recheck_all();
-        }
-        for path in &rechecks.paths {
-            state.source.recheck(path);
-        }
+        self.rechecks.apply_to(&mut state.source);
         state.source.set_per_writer(self.config.per_writer.as_ref());
         let held = state.held.as_ref().map(|h| h.id);
         let collected = catch_unwind(AssertUnwindSafe(|| state.source.collect_since(held)));
@@ -513,110 +488,6 @@ impl ViewEntry {
         let nanos = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.last_nanos.store(nanos.max(1), Ordering::Relaxed);
         families
-    }
-}
-
-/// Coalesces concurrent calls: a call that arrives while another runs
-/// waits for it and shares its result (like client_golang's
-/// `CoalesceGather`), so several polls cost one collection.
-#[derive(Debug)]
-pub struct Coalescer<T> {
-    flight: Mutex<Flight<T>>,
-    finished: Condvar,
-}
-
-#[derive(Debug)]
-struct Flight<T> {
-    running: bool,
-    /// Incremented each time a run ends.
-    generation: u64,
-    /// The last run's result (`None` after a panic).
-    last: Option<T>,
-}
-
-impl<T> Default for Coalescer<T> {
-    fn default() -> Self {
-        Self {
-            flight: Mutex::new(Flight {
-                running: false,
-                generation: 0,
-                last: None,
-            }),
-            finished: Condvar::new(),
-        }
-    }
-}
-
-/// Ends a run on every path, a panic too (by `Drop`): the waiters wake up.
-struct Running<'a, T> {
-    coalescer: &'a Coalescer<T>,
-    result: Option<T>,
-}
-
-impl<T> Drop for Running<'_, T> {
-    fn drop(&mut self) {
-        let mut flight = self.coalescer.lock();
-        flight.running = false;
-        flight.generation += 1;
-        flight.last = self.result.take();
-        drop(flight);
-        self.coalescer.finished.notify_all();
-    }
-}
-
-impl<T> Coalescer<T> {
-    fn lock(&self) -> MutexGuard<'_, Flight<T>> {
-        self.flight.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-impl<T: Clone> Coalescer<T> {
-    /// Whether a run is in flight.
-    pub fn running(&self) -> bool {
-        self.lock().running
-    }
-
-    /// Runs `run`, or, while another run is in flight, waits for it and
-    /// returns its result (runs again if it panicked).
-    pub fn run(&self, run: impl FnOnce() -> T) -> T {
-        let mut flight = self.lock();
-        while flight.running {
-            let joined = flight.generation;
-            while flight.generation == joined {
-                flight = self
-                    .finished
-                    .wait(flight)
-                    .unwrap_or_else(|e| e.into_inner());
-            }
-            if let Some(last) = &flight.last {
-                return last.clone();
-            }
-        }
-        flight.running = true;
-        drop(flight);
-        self.finish(run)
-    }
-
-    /// Runs `run` unless another run is in flight (then `None`): never
-    /// waits.
-    pub fn try_run(&self, run: impl FnOnce() -> T) -> Option<T> {
-        let mut flight = self.lock();
-        if flight.running {
-            return None;
-        }
-        flight.running = true;
-        drop(flight);
-        Some(self.finish(run))
-    }
-
-    fn finish(&self, run: impl FnOnce() -> T) -> T {
-        let mut running = Running {
-            coalescer: self,
-            result: None,
-        };
-        let result = run();
-        running.result = Some(result.clone());
-        result
     }
 }
 
@@ -766,30 +637,5 @@ mod tests {
         let (mut main, views) = sources(dir.path(), Some(roomy));
         main.collect_since(None);
         assert!(views.entry(&query, &config).is_some());
-    }
-
-    #[test]
-    fn a_panic_wakes_the_coalesced_waiters_and_the_next_call_runs_again() {
-        let coalescer = Arc::new(Coalescer::<u32>::default());
-        let started = Arc::new(std::sync::Barrier::new(2));
-        let runner = {
-            let (coalescer, started) = (coalescer.clone(), started.clone());
-            std::thread::spawn(move || {
-                catch_unwind(AssertUnwindSafe(|| {
-                    coalescer.run(|| {
-                        started.wait();
-                        std::thread::sleep(Duration::from_millis(50));
-                        panic!("a bug")
-                    })
-                }))
-                .is_err()
-            })
-        };
-        started.wait();
-        assert_eq!(coalescer.try_run(|| 1), None, "never waits");
-        // Joins the run that panics, then runs itself.
-        assert_eq!(coalescer.run(|| 2), 2);
-        assert!(runner.join().unwrap());
-        assert!(!coalescer.running());
     }
 }

@@ -256,14 +256,35 @@ pub(crate) fn answer(
             snapshot
         }
         Endpoint::Summary => serde_json::to_value(insight.summary()).unwrap_or_default(),
-        Endpoint::Status => serde_json::json!({
-            "version": env!("CARGO_PKG_VERSION"),
-            "directories": dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>(),
-            "last": insight.last(),
-            "dropped": insight.dropped(),
-        }),
+        Endpoint::Status => {
+            let last = insight.last();
+            serde_json::json!({
+                "version": env!("CARGO_PKG_VERSION"),
+                "directories": status_directories(dirs, last.as_ref()),
+                "last": last,
+                "dropped": insight.dropped(),
+            })
+        }
     };
     let mut body = value.to_string().into_bytes();
     body.push(b'\n');
     body
+}
+
+/// `/api/v1/status`'s `directories`: the directories given; without any
+/// (the node agent, which finds them through `/proc`), every directory of
+/// the last collection's parts, as their writers see them, once each.
+fn status_directories(dirs: &[std::path::PathBuf], last: Option<&LastCollection>) -> Vec<String> {
+    if !dirs.is_empty() {
+        return dirs.iter().map(|d| d.display().to_string()).collect();
+    }
+    let mut found: Vec<String> = last
+        .into_iter()
+        .flat_map(|l| &l.parts)
+        .flat_map(|p| &p.directories)
+        .map(|d| d.dir.clone())
+        .collect();
+    found.sort();
+    found.dedup();
+    found
 }

@@ -173,7 +173,7 @@ impl AppState {
                 settings.dead_files_warning,
             ),
         };
-        let views = crate::pipeline::views::ViewSources::new(scraper.view_base());
+        let views = crate::pipeline::views::ViewSources::new(scraper.collection().view_base());
         Self(Arc::new(Shared {
             scraper,
             views,
@@ -223,13 +223,13 @@ impl Shared {
     pub(crate) fn recheck(&self, paths: impl IntoIterator<Item = PathBuf>) {
         let paths: Vec<PathBuf> = paths.into_iter().collect();
         self.views.recheck(&paths);
-        self.scraper.recheck(paths);
+        self.scraper.collection().recheck(paths);
     }
 
     /// Has the next collections check every file with `stat`.
     pub(crate) fn recheck_all(&self) {
         self.views.recheck_all();
-        self.scraper.recheck_all();
+        self.scraper.collection().recheck_all();
     }
 
     /// Re-reads the configuration file; a bad file keeps the configuration in
@@ -312,9 +312,10 @@ async fn healthy() -> &'static str {
 
 async fn ready(State(state): State<AppState>) -> Response {
     let shared = state.0.clone();
-    let ready = tokio::task::spawn_blocking(move || shared.scraper.any_directory_exists())
-        .await
-        .unwrap_or(false);
+    let ready =
+        tokio::task::spawn_blocking(move || shared.scraper.collection().any_directory_exists())
+            .await
+            .unwrap_or(false);
     if ready {
         (StatusCode::OK, "Ready.\n").into_response()
     } else {

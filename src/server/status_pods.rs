@@ -5,113 +5,29 @@
 //! searchable: its labels, its directories as their writers see them, their
 //! mount namespaces, holders and states, its files and writers, when it was
 //! found; and the directories dropped in the last minutes with the reason.
-//! The server renders it from the last collection
-//! ([`super::parts_status`]); the script redraws it from `/api/v1/status`
-//! and lets the vLLM charts show one pod (`pod-filter`). `/?q=TEXT` opens
+//! The script renders it from `/api/v1/status` (the JSON of
+//! [`super::parts_status`]), the one place it is rendered, and lets the
+//! vLLM charts show one pod (`pod-filter`). `/?q=TEXT` opens
 //! the page with the table searched for `TEXT`, `/?pod=NS/POD/CONTAINER`
 //! with the charts of that pod.
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
-
-use super::html::html_escape;
 use super::parts_status::PartJson;
 
-/// The section, with `parts` rendered (hidden when there are none: a single
-/// directory).
+/// The section, empty: the script renders its rows from `/api/v1/status`
+/// (`renderParts`), the only place they are rendered (issue 40: they were
+/// rendered twice, here and in the script). Hidden when `parts` is empty (a
+/// single directory), so that the page does not flash a table it will hide.
 pub(crate) fn section(parts: &[PartJson]) -> String {
     let hidden = if parts.is_empty() { " hidden" } else { "" };
-    let mut rows = String::new();
-    let mut sorted: Vec<&PartJson> = parts.iter().collect();
-    sorted.sort_by_key(|p| sort_key(p));
-    for part in sorted {
-        rows.push_str(&row(part));
-    }
     format!(
         "<section id=\"pods-section\"{hidden}><h2>Pods</h2>\
          <p class=\"muted\">Every directory this exporter reads, with the labels its series get; sorted by namespace and pod.</p>\
          <input id=\"pods-search\" type=\"search\" placeholder=\"Search labels, directories, pids…\" aria-label=\"Search the pods\">\
-         <span id=\"pods-count\" class=\"muted\">{}</span>\
+         <span id=\"pods-count\" class=\"muted\"></span>\
          <div class=\"wide\"><table id=\"pods\"><thead><tr><th>Labels</th><th>Directory (as its writers see it)</th><th>Mount ns</th>\
          <th>Holders</th><th>State</th><th title=\"read / skipped / pending\">Files</th><th title=\"live / dead\">Writers</th><th>Found</th></tr></thead>\
-         <tbody>{rows}</tbody></table></div>\
-         <h3>Dropped in the last 5 minutes</h3><div id=\"pods-dropped\"><p class=\"muted\">None.</p></div></section>",
-        count_text(parts.len())
-    )
-}
-
-fn count_text(n: usize) -> String {
-    format!("{n} shown")
-}
-
-/// Pods first, by namespace, pod, container, then the name: the table's
-/// order.
-fn sort_key(part: &PartJson) -> (bool, String, String, String, String) {
-    let get = |k: &str| part.labels.get(k).cloned().unwrap_or_default();
-    (
-        !part.labels.contains_key("namespace"),
-        get("namespace"),
-        get("pod"),
-        get("container"),
-        part.name.clone(),
-    )
-}
-
-/// The labels in the page's order: namespace, pod, container, the others
-/// by name, and `directory` last (the script's `labelOrder`).
-fn ordered(labels: &BTreeMap<String, String>) -> Vec<(&String, &String)> {
-    let mut out: Vec<(&String, &String)> = labels.iter().collect();
-    out.sort_by_key(|(name, _)| {
-        let first = ["namespace", "pod", "container"]
-            .iter()
-            .position(|n| n == name)
-            .unwrap_or(if name.as_str() == "directory" { 4 } else { 3 });
-        (first, name.as_str())
-    });
-    out
-}
-
-/// One part's row, as the script's `partRow` renders it.
-fn row(part: &PartJson) -> String {
-    let mut labels = String::new();
-    for (name, value) in ordered(&part.labels) {
-        let _ = write!(
-            labels,
-            "<code class=\"label\">{}=\"{}\"</code> ",
-            html_escape(name),
-            html_escape(value)
-        );
-    }
-    let cell = |f: &dyn Fn(&super::parts_status::DirectoryJson) -> String| -> String {
-        part.directories
-            .iter()
-            .map(|d| html_escape(&f(d)))
-            .collect::<Vec<_>>()
-            .join("<br>")
-    };
-    format!(
-        "<tr data-part=\"{}\"><td>{labels}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td>\
-         <td class=\"nowrap\">{} / {} / {}</td><td class=\"nowrap\">{} / {}</td><td class=\"nowrap\">{}</td></tr>",
-        html_escape(&part.name),
-        cell(&|d| d.dir.clone()),
-        cell(&|d| d.mount_ns.map_or_else(String::new, |n| n.to_string())),
-        cell(&|d| d.holders
-            .iter()
-            .map(u32::to_string)
-            .collect::<Vec<_>>()
-            .join(" ")),
-        cell(&|d| d.state.unwrap_or_default().to_owned()),
-        part.files_merged,
-        part.files_skipped,
-        part.files_pending,
-        part.writers_live,
-        part.writers_dead,
-        cell(&|d| d.found_at.map_or_else(String::new, |at| {
-            humantime::format_rfc3339_seconds(
-                std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(at.max(0.0)),
-            )
-            .to_string()
-        })),
+         <tbody></tbody></table></div>\
+         <h3>Dropped in the last 5 minutes</h3><div id=\"pods-dropped\"><p class=\"muted\">None.</p></div></section>"
     )
 }
 
@@ -223,40 +139,18 @@ function chartKeys(summary) {
 mod tests {
     use super::*;
 
-    fn part(name: &str, labels: &[(&str, &str)]) -> PartJson {
-        let labels = labels
-            .iter()
-            .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
-            .collect();
-        PartJson::unread(name.to_owned(), labels, Vec::new())
-    }
-
     #[test]
-    fn pods_come_first_by_namespace_and_pod_labels_in_order_escaped() {
-        let html = section(&[
-            part("process <py>", &[("process", "<py>"), ("directory", "/m")]),
-            part(
-                "b/p/c",
-                &[("container", "c"), ("namespace", "b"), ("pod", "p")],
-            ),
-            part(
-                "a/q/c",
-                &[("pod", "q"), ("namespace", "a"), ("container", "c")],
-            ),
-        ]);
-        let rows: Vec<&str> = html
-            .match_indices("data-part=\"")
-            .map(|(i, _)| &html[i + 11..i + 16])
-            .collect();
-        assert_eq!(rows, ["a/q/c", "b/p/c", "proce"], "{html}");
-        assert!(html.contains(
-            "<code class=\"label\">namespace=\"a\"</code> <code class=\"label\">pod=\"q\"</code> <code class=\"label\">container=\"c\"</code>"
-        ), "{html}");
+    fn the_rows_are_left_to_the_script_and_the_section_hidden_without_parts() {
+        let part = PartJson::unread("a/q/c".to_owned(), Default::default(), Vec::new());
+        let html = section(std::slice::from_ref(&part));
         assert!(
-            html.contains("process=\"&lt;py&gt;\"</code> <code class=\"label\">directory="),
+            html.starts_with("<section id=\"pods-section\"><h2>"),
             "{html}"
         );
-        assert!(!html.contains("<py>"), "{html}");
+        assert!(html.contains("<tbody></tbody>"), "{html}");
+        assert!(!html.contains("data-part"), "{html}");
         assert!(section(&[]).starts_with("<section id=\"pods-section\" hidden>"));
+        // The script draws the rows (and nothing else does).
+        assert!(SCRIPT.contains("function partRow(p)"));
     }
 }

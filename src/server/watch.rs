@@ -160,7 +160,7 @@ fn holds_metric_files(dir: &Path) -> bool {
 /// Warns about every directory that gives nothing to serve (called every
 /// `--dir.warn-interval` after the first).
 fn warn_unservable(shared: &Shared, dirs: &[DirState]) {
-    let per_subdirectory = shared.scraper.reads_subdirectories();
+    let per_subdirectory = shared.scraper.collection().reads_subdirectories();
     for (path, state) in shared.dirs.iter().zip(dirs) {
         if let Some(problem) = Unservable::of(path, state, per_subdirectory) {
             problem.warn(path);

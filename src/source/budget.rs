@@ -12,6 +12,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// The share of the process's memory limit the default budget takes: the
 /// rest is for the encoded bodies of concurrent scrapes, the runtime and the
@@ -22,22 +23,49 @@ const DEFAULT_SHARE_PERCENT: u64 = 60;
 /// exporter (one per subdirectory with `--dir.subdirectories-label`).
 #[derive(Debug)]
 pub struct MemoryBudget {
-    limit: usize,
+    limit: AtomicUsize,
     held: AtomicUsize,
+    /// The budget this one is a share of ([`MemoryBudget::share_of`]):
+    /// what is charged here is charged there too.
+    parent: Option<Arc<MemoryBudget>>,
 }
 
 impl MemoryBudget {
     /// A budget of `limit` bytes, nothing held yet.
     pub fn new(limit: usize) -> Self {
         Self {
-            limit,
+            limit: AtomicUsize::new(limit),
             held: AtomicUsize::new(0),
+            parent: None,
         }
+    }
+
+    /// One reader's share of `parent`: at most `limit` bytes of it (a
+    /// node agent's pod: [`crate::pipeline::parts`]), and never more than
+    /// `parent` has left. What the reader charges here is charged to
+    /// `parent` too.
+    pub fn share_of(parent: Arc<MemoryBudget>, limit: usize) -> Self {
+        Self {
+            limit: AtomicUsize::new(limit),
+            held: AtomicUsize::new(0),
+            parent: Some(parent),
+        }
+    }
+
+    /// The budget this one is a share of, if it is one.
+    pub fn parent(&self) -> Option<&Arc<MemoryBudget>> {
+        self.parent.as_ref()
+    }
+
+    /// Changes the limit of a share (what is held stays; what would pass
+    /// the new limit is refused from now on).
+    pub fn set_limit(&self, limit: usize) {
+        self.limit.store(limit, Ordering::Relaxed);
     }
 
     /// The limit in bytes.
     pub fn limit(&self) -> usize {
-        self.limit
+        self.limit.load(Ordering::Relaxed)
     }
 
     /// Bytes charged by every reader together.
@@ -52,13 +80,21 @@ impl MemoryBudget {
         } else {
             self.held.fetch_sub(before - after, Ordering::Relaxed);
         }
+        if let Some(parent) = &self.parent {
+            parent.update(before, after);
+        }
     }
 
     /// Whether a reader that has charged `own` so far may hold `own_now`
-    /// bytes: what the other readers hold plus `own_now` is within the limit.
+    /// bytes: what the other readers hold plus `own_now` is within the limit
+    /// (and within the parent's, for a share).
     pub(crate) fn allows(&self, own: usize, own_now: usize) -> bool {
         let others = self.held().saturating_sub(own);
-        others.saturating_add(own_now) <= self.limit
+        others.saturating_add(own_now) <= self.limit()
+            && self
+                .parent
+                .as_ref()
+                .is_none_or(|parent| parent.allows(own, own_now))
     }
 }
 

@@ -309,3 +309,35 @@ fn every_source_file_opens_with_a_doc_comment_and_stays_small() {
     }
     assert!(problems.is_empty(), "{problems:#?}");
 }
+
+/// Issue 40: the HTTP layer routes, negotiates and encodes; the state of a
+/// collection (a source, its coalescing, the skip of an unchanged merge,
+/// the views' sources) is owned by `src/pipeline/` (`shared.rs`,
+/// `views.rs`). Before, `server/scrape.rs` and `server/views.rs` ran
+/// collections and waited on them with condition variables of their own.
+#[test]
+fn the_http_layer_keeps_no_collection_state() {
+    let held = [
+        "collect_since",
+        "Condvar",
+        "Coalescer",
+        "Reusable",
+        "Rechecks",
+    ];
+    let mut found = Vec::new();
+    for (module, path) in src_files() {
+        if module != "server" {
+            continue;
+        }
+        let code = code(&std::fs::read_to_string(&path).unwrap());
+        for name in held {
+            if code.contains(name) {
+                found.push(format!("{}: {name}", path.display()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "collection state in src/server/: {found:#?}"
+    );
+}

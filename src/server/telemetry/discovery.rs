@@ -109,6 +109,7 @@ struct Values {
     conflicts: [usize; 2],
     parts: Vec<PartCost>,
     late: u64,
+    expired: u64,
     kept: usize,
     max_kept: Option<usize>,
 }
@@ -151,6 +152,11 @@ impl DiscoveryMetrics {
         }
         v.parts = report.parts.clone();
         v.late += report.parts.iter().filter(|p| p.late.is_some()).count() as u64;
+        v.expired += report
+            .parts
+            .iter()
+            .filter(|p| p.late == Some(crate::pipeline::parts::LateServed::Expired))
+            .count() as u64;
         (v.kept, v.max_kept) = report.kept;
         v.conflicts = [0; 2];
         for conflict in conflicts {
@@ -239,6 +245,11 @@ impl DiscoveryMetrics {
             "Collections of a discovered pod not done within its share of the scrape timeout (half of --web.scrape-timeout, or of Prometheus's own when shorter): that scrape served the pod's last collection, or none.",
             v.late as f64,
         );
+        out.counter(
+            &format!("{p}discovery_expired_collections"),
+            "Collections of a discovered pod that was late and whose last collection was older than --discover.late-max-age: that scrape left the pod out (a gap instead of frozen values).",
+            v.expired as f64,
+        );
         part_costs::add_families(p, &v.parts, out);
     }
 }
@@ -310,6 +321,7 @@ mod tests {
                 "p_discovery_family_conflicts",
                 "p_discovery_kept_directories",
                 "p_discovery_late_collections",
+                "p_discovery_expired_collections",
                 "p_discovery_part_directories_left_out",
                 "p_discovery_part_directories_not_kept",
                 "p_discovery_part_capped",

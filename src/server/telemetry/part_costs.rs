@@ -12,7 +12,7 @@ use std::sync::Arc;
 use crate::model::family_list::FamilyList;
 use crate::model::Label;
 use crate::pipeline::discovered::{PartCost, RefreshReport, TargetReport};
-use crate::pipeline::parts::Capped;
+use crate::pipeline::parts::{Capped, LateServed};
 
 /// How many directories one line shows before it only counts them.
 const SHOWN: usize = 3;
@@ -67,15 +67,19 @@ impl PartCostLog {
                 ),
                 _ => {}
             }
-            if let Some(last) = part.late {
-                if note("late") {
-                    tracing::warn!(
-                        part = %part.part,
-                        labels = %labels,
-                        served = if last { "last collection" } else { "none" },
-                        "A pod's metric files were not read within its share of the scrape timeout: its last collection is served (or none), the other pods are not held up (multiproc_exporter_discovery_part_late)."
-                    );
-                }
+            match part.late {
+                Some(LateServed::Expired) if note("expired") => tracing::warn!(
+                    part = %part.part,
+                    labels = %labels,
+                    "A pod's metric files have not been read for longer than --discover.late-max-age: it is left out until its read ends (a gap, not frozen values); the other pods are served (multiproc_exporter_discovery_part_late{{served=\"expired\"}})."
+                ),
+                Some(served) if note("late") => tracing::warn!(
+                    part = %part.part,
+                    labels = %labels,
+                    served = served.label(),
+                    "A pod's metric files were not read within its share of the scrape timeout: its last collection is served (or none), the other pods are not held up (multiproc_exporter_discovery_part_late)."
+                ),
+                _ => {}
             }
         }
         self.logged = now;
@@ -177,11 +181,8 @@ pub(crate) fn add_families(p: &str, parts: &[PartCost], out: &mut FamilyList) {
     );
     out.gauge_series(
         &format!("{p}discovery_part_late"),
-        "1 for a discovered pod whose files were not read within its share of the scrape timeout at the last scrape: served=\"last\" its last collection was served, served=\"none\" it had none and was left out; only late pods.",
-        series(&|c| {
-            let served = if c.late? { "last" } else { "none" };
-            Some((Some(("served", served)), 1.0))
-        }),
+        "1 for a discovered pod whose files were not read within its share of the scrape timeout at the last scrape: served=\"last\" its last collection was served, served=\"expired\" its last collection was older than --discover.late-max-age and it was left out, served=\"none\" it had none and was left out; only late pods.",
+        series(&|c| Some((Some(("served", c.late?.label())), 1.0))),
     );
 }
 

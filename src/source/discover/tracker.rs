@@ -87,11 +87,17 @@ impl Target {
     /// The path to read the directory through: its kept descriptor
     /// (`/proc/self/fd/<n>`, valid in this process only, while the target
     /// lives), else, while a holder lives, `/proc/<pid>/root/<dir>`; `None`
-    /// when neither can reach it.
+    /// when neither can reach it. The latter is checked again now: the
+    /// path must still reach this directory (its device and inode), so
+    /// that a pid reused since the scan by a process of another container
+    /// cannot hand that container's directory this one's labels.
     pub fn read_path(&self) -> Option<PathBuf> {
         match &self.kept {
             Some(kept) => Some(kept.path()),
-            None if self.is_held() => self.via.clone(),
+            None if self.is_held() => self
+                .via
+                .clone()
+                .filter(|via| DirId::of(via).ok() == Some(self.id)),
             None => None,
         }
     }

@@ -2,7 +2,7 @@
 //! collection and merged with the directory's families (issue 17).
 //!
 //! ```text
-//!  Scraper::collect ─► Upstreams::start (fetches run on tokio, concurrently,
+//!  SharedCollection::collect ─► Upstreams::start (fetches run on tokio, concurrently,
 //!        │                               while the directory is read)
 //!        ├─► read and merge the directory
 //!        └─► Upstreams::finish ─► parse (crate::expose::parse) ─► merge_sources ─► transform …

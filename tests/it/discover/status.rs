@@ -180,6 +180,13 @@ fn a_node_agent_shows_every_pod_on_its_status_page_api_and_dump() {
     );
     assert_eq!(directory["state"], "held", "{part}");
     assert_eq!(directory["holders"][0], a.demo.id(), "{part}");
+    // Issue 40: the top-level `directories` was a bare `[]` in node mode.
+    let listed = status["directories"].as_array().unwrap();
+    assert!(
+        listed.contains(&directory["dir"]),
+        "{}",
+        status["directories"]
+    );
     assert_eq!(
         directory["mount_ns"].as_u64(),
         mount_ns(a.demo.id()),
@@ -418,4 +425,81 @@ fn one_path_in_two_mount_namespaces_is_two_label_sets() {
     );
     drop(writers);
     drop((first, second));
+}
+
+/// Issue 40: outside Kubernetes the `#<inode>` suffix went to whichever of
+/// two same-path directories was found later, decided anew at every scan,
+/// so when the older one went, the younger one took over its labels (and
+/// two directories' series joined in Prometheus). Now a directory keeps the
+/// suffix it was given, its own inode, for as long as it is discovered.
+#[test]
+fn two_same_path_directories_keep_their_labels_when_the_older_goes() {
+    if !privileged() {
+        return;
+    }
+    let _beside = super::beside_others();
+    let Some(python) = python() else { return };
+    let run = hex(8);
+    let Some(cgroup) = or_skip(plain_cgroup(&[format!("mpe-{run}-stable")])) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let metrics = tmp.path().join("metrics");
+    std::fs::create_dir_all(&metrics).unwrap();
+    let path = metrics.display().to_string();
+    let exporter = Exporter::start(&[
+        "--discover.processes",
+        "--discover.pod-log-dir",
+        "",
+        "--discover.interval",
+        "1s",
+        "--discover.linger",
+        "1s",
+    ]);
+    let lines = |exporter: &Exporter| -> Vec<String> {
+        exporter
+            .metrics()
+            .lines()
+            .filter(|l| {
+                l.starts_with("app_requests_total{") && l.contains(&format!("directory=\"{path}"))
+            })
+            .map(str::to_owned)
+            .collect()
+    };
+    // The older directory, found alone: its path as it is.
+    let older = Sandbox::start(&metrics, Some("mode=0755"));
+    let older_writer = Writer::start(&python, &older, &cgroup, &metrics);
+    wait_for("the older directory", || {
+        (lines(&exporter).len() == 1).then_some(())
+    });
+    // The younger one, at the same path in another mount namespace: its
+    // own inode after the path.
+    let younger = Sandbox::start(&metrics, Some("mode=0755"));
+    let younger_writer = Writer::start(&python, &younger, &cgroup, &metrics);
+    let inode = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(format!("/proc/{}/root{path}", younger_writer.pid))
+            .unwrap()
+            .ino()
+    };
+    let suffixed = format!("directory=\"{path}#{inode}\"");
+    let both = wait_for("two label sets", || {
+        let both = lines(&exporter);
+        (both.len() == 2).then_some(both)
+    });
+    assert_eq!(
+        both.iter().filter(|l| l.contains(&suffixed)).count(),
+        1,
+        "{both:?}"
+    );
+    // The older one goes: the younger keeps its labels.
+    older_writer.exit();
+    drop(older);
+    let left = wait_for("the older directory to go", || {
+        let left = lines(&exporter);
+        (left.len() == 1).then_some(left)
+    });
+    assert!(left[0].contains(&suffixed), "{left:?}");
+    drop(younger_writer);
+    drop(younger);
 }
