@@ -5,7 +5,16 @@
 //! new temporary subdirectory, the old run is reported stale, not summed.
 
 use super::harness::*;
-use crate::support::{python, wait_for, Exporter};
+use crate::support::{eventually, python, Exporter};
+
+/// How long discovery may take on a loaded machine (the node agent scans
+/// every second; other tests' processes are scanned too).
+const DISCOVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Polls `f` until it gives a value, for up to [`DISCOVERY`].
+fn within<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    eventually(what, DISCOVERY, || f().ok_or_else(String::new))
+}
 use crate::temporary_runs::Server;
 
 #[test]
@@ -42,7 +51,7 @@ fn an_sglang_pods_temporary_subdirectory_is_labelled_by_its_pod_never_by_the_ran
         "--discover.interval",
         "1s",
     ]);
-    let part = wait_for("the pod on /api/v1/status", || {
+    let part = within("the pod on /api/v1/status", || {
         let status: serde_json::Value =
             serde_json::from_slice(&exporter.get("/api/v1/status").body).ok()?;
         status["last"]["parts"]
@@ -80,12 +89,12 @@ fn an_sglang_pods_temporary_subdirectory_is_labelled_by_its_pod_never_by_the_ran
             .map(str::to_owned)
             .collect()
     };
-    let served = wait_for("the new run alone", || {
+    let served = within("the new run alone", || {
         let text = exporter.metrics();
         let lines = series(&text);
         (lines.len() == 1 && lines[0].ends_with(" 2000.0")).then_some(text)
     });
-    let stale = wait_for("the old run reported stale", || {
+    let stale = within("the old run reported stale", || {
         let status: serde_json::Value =
             serde_json::from_slice(&exporter.get("/api/v1/status").body).ok()?;
         let part = status["last"]["parts"]
