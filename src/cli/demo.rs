@@ -58,8 +58,10 @@ pub(crate) fn run(flags: DemoFlags) -> ExitCode {
             }
         }
     }
+    let sglang = flags.engine == super::flags::DemoEngine::Sglang;
     eprintln!(
-        "multiproc-exporter: demo writing vLLM-like metrics to {}",
+        "multiproc-exporter: demo writing {}-like metrics to {}",
+        if sglang { "SGLang" } else { "vLLM" },
         dir.display()
     );
     let listen = if flags.web.listen_addresses.is_empty() {
@@ -85,7 +87,14 @@ pub(crate) fn run(flags: DemoFlags) -> ExitCode {
     let stop = Arc::new(AtomicBool::new(false));
     let simulation = {
         let stop = stop.clone();
-        std::thread::spawn(move || crate::demo::run_demo(config, &stop))
+        if sglang {
+            let (dir, tick, seed) = (config.dir, config.tick, config.seed);
+            std::thread::spawn(move || {
+                crate::demo::sglang::run_sglang_demo(dir, 2, tick, seed, &stop)
+            })
+        } else {
+            std::thread::spawn(move || crate::demo::run_demo(config, &stop))
+        }
     };
     // The simulated writers are not processes: nothing to look for in /proc.
     let directories = DirectoryFlags {

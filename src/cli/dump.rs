@@ -109,6 +109,19 @@ pub(crate) fn run(args: DumpFlags) -> ExitCode {
                 "multiproc-exporter: family {} of writer {} has another type than writer {}'s; left out",
                 c.family, c.part, c.kept_from
             ),
+            Event::StaleRun(run) => eprintln!(
+                "multiproc-exporter: left out {}: a temporary subdirectory of an earlier run ({} files); --dir.remove-stale-subdirectories removes such subdirectories",
+                run.path.display(),
+                run.files
+            ),
+            Event::StaleRunRemoved(path) => eprintln!(
+                "multiproc-exporter: removed {}: a temporary subdirectory of an earlier run",
+                path.display()
+            ),
+            Event::StaleRunNotRemoved { path, error } => eprintln!(
+                "multiproc-exporter: cannot remove {} ({error})",
+                path.display()
+            ),
             Event::SubdirectoryAppeared(_) | Event::SubdirectoryGone(_) => {}
         }
     }

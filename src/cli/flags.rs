@@ -150,6 +150,42 @@ pub struct DirectoryFlags {
         value_parser = clap::builder::BoolishValueParser::new()
     )]
     pub compact_dead_writers: bool,
+    /// Do not read temporary subdirectories. By default a subdirectory named
+    /// as Python's `tempfile.TemporaryDirectory` names them (`tmp` and eight
+    /// of `a-z0-9_`) holding metric files is a run of a server that writes
+    /// there (SGLang, TensorRT-LLM, vLLM without PROMETHEUS_MULTIPROC_DIR
+    /// under a shared TMPDIR): the current run's files are served with the
+    /// directory's, as one set; runs left by earlier starts are left out and
+    /// reported (docs/sglang.md).
+    #[arg(
+        long = "dir.ignore-temporary-subdirectories",
+        env = "MULTIPROC_EXPORTER_DIR_IGNORE_TEMPORARY_SUBDIRECTORIES",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub ignore_temporary_subdirectories: bool,
+    /// Remove the temporary subdirectories left by earlier runs (stale: not
+    /// served) once their writers are known to have exited, or, where the
+    /// writers' processes cannot be seen, once nothing in them has changed
+    /// for 10 minutes. Needs write access to the directory and one exporter
+    /// removing per directory; crash-safe (renamed to a hidden name first).
+    #[arg(
+        long = "dir.remove-stale-subdirectories",
+        env = "MULTIPROC_EXPORTER_DIR_REMOVE_STALE_SUBDIRECTORIES",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub remove_stale_subdirectories: bool,
+}
+
+/// `--demo.engine`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum DemoEngine {
+    /// vLLM 0.33.0 with LMCache 0.5.6.
+    #[default]
+    Vllm,
+    /// SGLang 0.5.23.
+    Sglang,
 }
 
 /// `--writers.liveness`.
@@ -811,6 +847,16 @@ pub struct DemoFlags {
         value_parser = clap::builder::BoolishValueParser::new()
     )]
     pub continue_: bool,
+    /// The server simulated: `vllm` (API servers, engines, LMCache workers)
+    /// or `sglang` (SGLang 0.5.23's families: two scheduler ranks and the
+    /// tokenizer manager; docs/sglang.md).
+    #[arg(
+        long = "demo.engine",
+        env = "MULTIPROC_EXPORTER_DEMO_ENGINE",
+        value_enum,
+        default_value = "vllm"
+    )]
+    pub engine: DemoEngine,
     /// Seed of the simulation (the same seed gives the same values).
     #[arg(
         long = "demo.seed",

@@ -80,6 +80,12 @@ impl DirectoryFlags {
         if self.compact_dead_writers && self.writers_liveness == LivenessArg::Off {
             return Err("--dir.compact-dead-writers needs to know which writers exited: it cannot be combined with --writers.liveness=off.".to_owned());
         }
+        if self.remove_stale_subdirectories && self.ignore_temporary_subdirectories {
+            return Err("--dir.remove-stale-subdirectories removes the temporary subdirectories left by earlier runs: it cannot be combined with --dir.ignore-temporary-subdirectories.".to_owned());
+        }
+        if self.remove_stale_subdirectories && self.subdirectories_label.is_some() {
+            return Err("--dir.remove-stale-subdirectories applies to one application's directory: it cannot be combined with --dir.subdirectories-label.".to_owned());
+        }
         Ok(DirectorySettings {
             subdirectories_label: self.subdirectories_label.as_deref().map(Arc::from),
             link_policy: if self.follow_links_outside {
@@ -101,6 +107,8 @@ impl DirectoryFlags {
                 pending_grace: self.pending_grace,
                 fold_dead: !self.exact_sums,
                 compact_dead: self.compact_dead_writers,
+                temporary_runs: !self.ignore_temporary_subdirectories,
+                remove_stale_runs: self.remove_stale_subdirectories,
             },
         })
     }
@@ -234,6 +242,9 @@ impl DiscoverFlags {
         }
         if directories.subdirectories_label.is_some() {
             return Err("--discover.processes labels each directory with its pod: it cannot be combined with --dir.subdirectories-label.".to_owned());
+        }
+        if directories.remove_stale_subdirectories {
+            return Err("--discover.processes never writes into the directories it finds: it cannot be combined with --dir.remove-stale-subdirectories.".to_owned());
         }
         if directories.compact_dead_writers {
             return Err("--discover.processes never writes into the directories it finds: it cannot be combined with --dir.compact-dead-writers.".to_owned());

@@ -86,6 +86,7 @@ impl DemoConfig {
 mod api_server;
 mod catalogue;
 mod rng;
+pub mod sglang;
 #[cfg(test)]
 mod tests;
 mod traffic;

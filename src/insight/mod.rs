@@ -136,7 +136,7 @@ impl Point {
                 continue;
             }
             for sample in &family.samples {
-                if &*sample.name == KV_CACHE_USAGE {
+                if KV_CACHE_USAGE.contains(&&*sample.name) {
                     let model = key_of(&sample.labels);
                     models.entry(model.clone()).or_default();
                     let entry = kv.entry(model).or_default();
@@ -144,11 +144,15 @@ impl Point {
                     entry.1 += 1;
                     continue;
                 }
-                let Some(slot) = slot_of(&sample.name) else {
+                let mut slots = slots_of(&sample.name).peekable();
+                if slots.peek().is_none() {
                     continue;
-                };
-                let field = slot(models.entry(key_of(&sample.labels)).or_default());
-                *field = Some(field.unwrap_or(0.0) + sample.value);
+                }
+                let totals = models.entry(key_of(&sample.labels)).or_default();
+                for slot in slots {
+                    let field = slot(totals);
+                    *field = Some(field.unwrap_or(0.0) + sample.value);
+                }
             }
         }
         for (model, (sum, n)) in kv {
@@ -160,12 +164,14 @@ impl Point {
     }
 }
 
-/// The KV-cache usage gauge (averaged over engines, not summed).
-const KV_CACHE_USAGE: &str = "vllm:kv_cache_usage_perc";
+/// The KV-cache usage gauges (averaged over engines or ranks, not summed):
+/// vLLM's, and SGLang's `sglang:token_usage` (the share of the KV-cache
+/// pool's tokens in use).
+const KV_CACHE_USAGE: [&str; 2] = ["vllm:kv_cache_usage_perc", "sglang:token_usage"];
 
 /// The field of [`Totals`] each sample name adds to (the KV-cache gauge,
 /// averaged, aside).
-const SLOTS: [(&str, Field); 10] = [
+const SLOTS: [(&str, Field); 20] = [
     ("vllm:num_requests_running", |t| &mut t.requests_running),
     ("vllm:num_requests_waiting", |t| &mut t.requests_waiting),
     ("vllm:prompt_tokens_total", |t| &mut t.prompt_tokens),
@@ -184,24 +190,51 @@ const SLOTS: [(&str, Field); 10] = [
     ("vllm:request_time_per_output_token_seconds_count", |t| {
         &mut t.tpot_count
     }),
+    // SGLang's (`python/sglang/srt/observability/metrics_collector.py`,
+    // 0.5.23): running and queued requests summed over scheduler ranks; the
+    // prefix-cache hit rate as cached prompt tokens over prompt tokens (its
+    // `sglang:cache_hit_rate` gauge is the scheduler's last batch only); the
+    // inter-token latency stands for the time per output token.
+    ("sglang:num_running_reqs", |t| &mut t.requests_running),
+    ("sglang:num_queue_reqs", |t| &mut t.requests_waiting),
+    ("sglang:prompt_tokens_total", |t| &mut t.prompt_tokens),
+    ("sglang:prompt_tokens_total", |t| {
+        &mut t.prefix_cache_queries
+    }),
+    ("sglang:generation_tokens_total", |t| {
+        &mut t.generation_tokens
+    }),
+    ("sglang:cached_tokens_total", |t| &mut t.prefix_cache_hits),
+    ("sglang:time_to_first_token_seconds_sum", |t| {
+        &mut t.ttft_sum
+    }),
+    ("sglang:time_to_first_token_seconds_count", |t| {
+        &mut t.ttft_count
+    }),
+    ("sglang:inter_token_latency_seconds_sum", |t| {
+        &mut t.tpot_sum
+    }),
+    ("sglang:inter_token_latency_seconds_count", |t| {
+        &mut t.tpot_count
+    }),
 ];
 
 /// A field of [`Totals`].
 type Field = fn(&mut Totals) -> &mut Option<f64>;
 
-/// The field of [`Totals`] a sample adds to, by sample name.
-fn slot_of(sample: &str) -> Option<Field> {
+/// The fields of [`Totals`] a sample adds to, by sample name.
+fn slots_of(sample: &str) -> impl Iterator<Item = Field> + '_ {
     SLOTS
         .iter()
-        .find(|(name, _)| *name == sample)
+        .filter(move |(name, _)| *name == sample)
         .map(|(_, field)| *field)
 }
 
 /// Whether a family may hold a sample [`Point::of`] reads (a sample's name
 /// starts with its family's).
 fn may_hold_wanted(family: &str) -> bool {
-    family.starts_with("vllm:")
-        && (KV_CACHE_USAGE.starts_with(family)
+    (family.starts_with("vllm:") || family.starts_with("sglang:"))
+        && (KV_CACHE_USAGE.iter().any(|name| name.starts_with(family))
             || SLOTS.iter().any(|(name, _)| name.starts_with(family)))
 }
 

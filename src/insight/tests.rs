@@ -223,3 +223,57 @@ fn grouped_by_pod_two_pods_of_one_model_are_two_keys() {
     assert_eq!(point.models["m"].requests_running, Some(7.0));
     assert!(point.groups.is_empty());
 }
+
+/// SGLang's families at one time: two scheduler ranks (running 2 + 3,
+/// queued 1 + 0, token usage 0.25 and 0.75) and the tokenizer's totals.
+fn sglang_families(prompt: f64, cached: f64, itl: (f64, f64)) -> Vec<MetricFamily> {
+    let r0: &[(&str, &str)] = &[("model_name", "m"), ("tp_rank", "0")];
+    let r1: &[(&str, &str)] = &[("model_name", "m"), ("tp_rank", "1")];
+    let m: &[(&str, &str)] = &[("model_name", "m")];
+    let gauge = |name: &str, a: f64, b: f64| {
+        family(name, MetricType::Gauge, &[(name, r0, a), (name, r1, b)])
+    };
+    vec![
+        gauge("sglang:num_running_reqs", 2.0, 3.0),
+        gauge("sglang:num_queue_reqs", 1.0, 0.0),
+        gauge("sglang:token_usage", 0.25, 0.75),
+        family(
+            "sglang:prompt_tokens",
+            MetricType::Counter,
+            &[("sglang:prompt_tokens_total", m, prompt)],
+        ),
+        family(
+            "sglang:cached_tokens",
+            MetricType::Counter,
+            &[("sglang:cached_tokens_total", m, cached)],
+        ),
+        family(
+            "sglang:inter_token_latency_seconds",
+            MetricType::Histogram,
+            &[
+                ("sglang:inter_token_latency_seconds_sum", m, itl.0),
+                ("sglang:inter_token_latency_seconds_count", m, itl.1),
+            ],
+        ),
+    ]
+}
+
+#[test]
+fn sglangs_families_give_the_same_curated_numbers_as_vllms() {
+    let mut history = History::new();
+    history.record(Point::of(&sglang_families(100.0, 20.0, (1.0, 50.0)), 0.0));
+    history.record(Point::of(
+        &sglang_families(300.0, 120.0, (3.0, 150.0)),
+        10.0,
+    ));
+    let summary = history.summary();
+    let m = &summary.models["m"];
+    assert_eq!(m.requests_running, Some(5.0), "summed over ranks");
+    assert_eq!(m.requests_waiting, Some(1.0));
+    assert_eq!(m.kv_cache_usage, Some(0.5), "the mean over ranks");
+    assert_eq!(m.prompt_tokens_per_second, Some(20.0));
+    // Cached prompt tokens (+100) over prompt tokens (+200).
+    assert_eq!(m.prefix_cache_hit_rate, Some(0.5));
+    // Inter-token latency: 2 s over 100 tokens.
+    assert_eq!(m.tpot_seconds, Some(0.02));
+}

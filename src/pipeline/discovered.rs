@@ -27,7 +27,7 @@
 //! (`--discover.*-label`; empty leaves one out).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -152,16 +152,21 @@ pub enum TargetState {
     /// Left out: its part has `--discover.max-directories-per-pod` older
     /// ones.
     Capped,
+    /// Left out: a temporary subdirectory of an earlier run of its
+    /// container's server (SGLang, TensorRT-LLM), superseded by a newer run
+    /// (see `superseded_runs`).
+    Stale,
 }
 
 impl TargetState {
     /// Every state, in a fixed order (for metrics that list them all).
-    pub const ALL: [TargetState; 5] = [
+    pub const ALL: [TargetState; 6] = [
         Self::Held,
         Self::PodExists,
         Self::Lingering,
         Self::Unreadable,
         Self::Capped,
+        Self::Stale,
     ];
 
     /// A stable label for logs and metrics.
@@ -172,6 +177,7 @@ impl TargetState {
             Self::Lingering => "lingering",
             Self::Unreadable => "unreadable",
             Self::Capped => "capped",
+            Self::Stale => "stale",
         }
     }
 }
@@ -421,6 +427,19 @@ impl DiscoveredReader {
         let mut costs: BTreeMap<Vec<Label>, PartCost> = BTreeMap::new();
         for (labels, (name, mut targets)) in groups {
             targets.sort_by_key(|t| (t.first_seen(), t.id()));
+            let stale = superseded_runs(&targets);
+            let (stale_targets, kept): (Vec<&Target>, Vec<&Target>) =
+                targets.into_iter().partition(|t| stale.contains(&t.id()));
+            let targets = kept;
+            for target in stale_targets {
+                let mut report = report_of(target, &labels, &name);
+                report.state = TargetState::Stale;
+                // Never read again: its directory need not stay open.
+                if !target.is_released() {
+                    release.push(target.id());
+                }
+                reports.push((target.id(), None, report));
+            }
             let mut inputs = Vec::new();
             let mut shown_as = Vec::new();
             let mut pins: Vec<Pin> = Vec::new();
@@ -487,7 +506,7 @@ impl DiscoveredReader {
         let mut targets = Vec::with_capacity(reports.len());
         self.known.clear();
         for (id, path, mut report) in reports {
-            if report.state != TargetState::Capped
+            if !matches!(report.state, TargetState::Capped | TargetState::Stale)
                 && path.as_ref().is_none_or(|p| unreadable.contains(p))
             {
                 report.state = TargetState::Unreadable;
@@ -618,6 +637,53 @@ fn report_of(target: &Target, labels: &[Label], part: &Arc<str>) -> TargetReport
             .checked_sub(target.first_seen().elapsed())
             .unwrap_or(std::time::UNIX_EPOCH),
     }
+}
+
+/// The directories of one part (in the order found) that are temporary
+/// subdirectories of an earlier run of the part's server: SGLang and
+/// TensorRT-LLM write in a new `tempfile.TemporaryDirectory` after each
+/// restart (see [`crate::source::temporary`]), and the agent keeps the old
+/// one while the pod exists. Among the part's runs of one parent directory,
+/// those held by a process are current; when none is held, the one found
+/// last is. The others are superseded: left out, not summed with the
+/// current run.
+fn superseded_runs(targets: &[&Target]) -> Vec<DirId> {
+    use crate::source::temporary::is_temporary_name;
+    use std::os::unix::ffi::OsStrExt as _;
+    let is_run = |t: &Target| {
+        t.dir()
+            .file_name()
+            .is_some_and(|n| is_temporary_name(n.as_bytes()))
+    };
+    let mut superseded = Vec::new();
+    let mut parents: Vec<&Path> = targets
+        .iter()
+        .filter(|t| is_run(t))
+        .filter_map(|t| t.dir().parent())
+        .collect();
+    parents.sort();
+    parents.dedup();
+    for parent in parents {
+        let runs: Vec<&Target> = targets
+            .iter()
+            .copied()
+            .filter(|t| is_run(t) && t.dir().parent() == Some(parent))
+            .collect();
+        let held = runs.iter().any(|t| matches!(t.decision(), Decision::Held));
+        let last = runs.last().map(|t| t.id());
+        superseded.extend(
+            runs.iter()
+                .filter(|t| {
+                    if held {
+                        !matches!(t.decision(), Decision::Held)
+                    } else {
+                        Some(t.id()) != last
+                    }
+                })
+                .map(|t| t.id()),
+        );
+    }
+    superseded
 }
 
 /// A problem as logs and metrics take it.

@@ -35,6 +35,7 @@ pub use collector::{CollectStats, Collection, Collector};
 use crate::expose::encode::{encode, Escaping, Format};
 use crate::model::MetricFamily;
 use crate::source::link_policy::LinkPolicy;
+use crate::source::temporary::{Runs, StaleRun};
 use crate::source::writers::WriterPolicy;
 use crate::source::{Input, MemoryBudget};
 use crate::transform::combine::Conflict;
@@ -51,7 +52,20 @@ pub struct Source {
     link_policy: LinkPolicy,
     memory_budget: Option<Arc<MemoryBudget>>,
     writer_policy: WriterPolicy,
+    /// The temporary subdirectories' runs of the inputs (plain inputs with
+    /// `temporary_runs` only; see [`crate::source::temporary`]).
+    runs: Option<Box<TemporaryRuns>>,
     kind: Kind,
+}
+
+/// The runs of the input directories' temporary subdirectories, and the
+/// stale ones already reported.
+#[derive(Debug)]
+struct TemporaryRuns {
+    /// The policy `runs` was made with.
+    policy: WriterPolicy,
+    runs: Runs,
+    reported: std::collections::BTreeSet<PathBuf>,
 }
 
 #[derive(Debug)]
@@ -91,6 +105,28 @@ pub enum Event {
     /// Discovered directories disagree about a family's type or help
     /// ([`Conflict::part`] names the part: `namespace/pod/container`).
     DiscoveredConflict(Conflict),
+    /// A temporary subdirectory is left out from now on: a run left by an
+    /// earlier start (see [`crate::source::temporary`]).
+    StaleRun(StaleRun),
+    /// With `--dir.remove-stale-subdirectories`: a stale run was removed.
+    StaleRunRemoved(PathBuf),
+    /// With `--dir.remove-stale-subdirectories`: a stale run (or the hidden
+    /// leftover of an interrupted removal) could not be removed.
+    StaleRunNotRemoved {
+        /// The subdirectory.
+        path: PathBuf,
+        /// Why.
+        error: String,
+    },
+}
+
+/// What a collection found in the temporary subdirectories.
+#[derive(Debug, Clone, Default)]
+pub struct RunsReport {
+    /// The current runs, read with their directory.
+    pub current: Vec<PathBuf>,
+    /// The runs left by earlier starts, left out.
+    pub stale: Vec<StaleRun>,
 }
 
 /// The result of one [`Source::collect`].
@@ -105,6 +141,10 @@ pub struct Gathered {
     pub subdirectories: Option<usize>,
     /// With `--discover.processes`: what discovery did and found.
     pub discovery: Option<DiscoveryReport>,
+    /// The current runs of the directories' temporary subdirectories (read
+    /// with them) and the stale ones (left out); see
+    /// [`crate::source::temporary`].
+    pub runs: RunsReport,
     /// With subdirectories or `--discover.processes`: each part's labels,
     /// directories, files and writers.
     pub parts: Vec<part_status::PartStatus>,
@@ -133,6 +173,7 @@ impl Source {
             link_policy,
             memory_budget: None,
             writer_policy: WriterPolicy::exact(),
+            runs: None,
             kind,
         }
     }
@@ -145,6 +186,7 @@ impl Source {
             link_policy: LinkPolicy::NoLinks,
             memory_budget: None,
             writer_policy: WriterPolicy::exact(),
+            runs: None,
             kind: Kind::Discovered(Box::new(DiscoveredReader::new(options))),
         }
     }
@@ -169,6 +211,20 @@ impl Source {
     /// Applies the memory budget and the writer policy to the readers.
     fn apply_budget(&mut self) {
         let budget = self.memory_budget.clone();
+        let reads_runs = matches!(self.kind, Kind::Inputs(_)) && self.writer_policy.temporary_runs;
+        if !reads_runs {
+            self.runs = None;
+        } else if self
+            .runs
+            .as_ref()
+            .is_none_or(|r| r.policy != self.writer_policy)
+        {
+            self.runs = Some(Box::new(TemporaryRuns {
+                policy: self.writer_policy,
+                runs: Runs::new(self.writer_policy),
+                reported: std::collections::BTreeSet::new(),
+            }));
+        }
         match &mut self.kind {
             Kind::Inputs(collector) => {
                 collector.set_memory_budget(budget);
@@ -226,6 +282,7 @@ impl Source {
         let writer_policy = WriterPolicy {
             process_metrics: base.writer_policy.process_metrics && process_metrics,
             compact_dead: false,
+            remove_stale_runs: false,
             ..base.writer_policy
         };
         let source = Self {
@@ -233,6 +290,7 @@ impl Source {
             link_policy: base.link_policy,
             memory_budget: None,
             writer_policy: WriterPolicy::exact(),
+            runs: None,
             kind: Kind::Inputs(Box::new(collector)),
         };
         source
@@ -340,17 +398,27 @@ impl Source {
     pub fn collect_since(&mut self, held: Option<u64>) -> Gathered {
         match &mut self.kind {
             Kind::Inputs(collector) => {
-                let mut collection = collector.collect_since(&self.inputs, held);
-                let events = std::mem::take(&mut collection.conflicts)
-                    .into_iter()
-                    .map(Event::WriterConflict)
-                    .chain(ray_logs_event(&mut collection))
-                    .collect();
+                let mut events = Vec::new();
+                let (inputs, runs) = match self.runs.as_deref_mut() {
+                    Some(runs) => runs.expand(&self.inputs, self.writer_policy, &mut events),
+                    None => (
+                        std::borrow::Cow::Borrowed(&self.inputs[..]),
+                        RunsReport::default(),
+                    ),
+                };
+                let mut collection = collector.collect_since(&inputs, held);
+                events.extend(
+                    std::mem::take(&mut collection.conflicts)
+                        .into_iter()
+                        .map(Event::WriterConflict)
+                        .chain(ray_logs_event(&mut collection)),
+                );
                 Gathered {
                     collection,
                     events,
                     subdirectories: None,
                     discovery: None,
+                    runs,
                     parts: Vec::new(),
                 }
             }
@@ -378,6 +446,7 @@ impl Source {
                     events,
                     subdirectories: Some(result.subdirectories),
                     discovery: None,
+                    runs: RunsReport::default(),
                     parts: result.statuses,
                 }
             }
@@ -399,10 +468,81 @@ impl Source {
                     events,
                     subdirectories: None,
                     discovery: Some(result.report),
+                    runs: RunsReport::default(),
                     parts: statuses,
                 }
             }
         }
+    }
+}
+
+impl TemporaryRuns {
+    /// The inputs with each directory's current runs after it, what was
+    /// found, and (in `events`) the runs newly stale and, when `policy`
+    /// says so, those removed.
+    fn expand<'a>(
+        &mut self,
+        inputs: &'a [Input],
+        policy: WriterPolicy,
+        events: &mut Vec<Event>,
+    ) -> (std::borrow::Cow<'a, [Input]>, RunsReport) {
+        let mut report = RunsReport::default();
+        let mut expanded: Option<Vec<Input>> = None;
+        for (i, input) in inputs.iter().enumerate() {
+            let Input::Directory(dir) = input else {
+                if let Some(expanded) = &mut expanded {
+                    expanded.push(input.clone());
+                }
+                continue;
+            };
+            let survey = self.runs.survey(dir);
+            if !survey.current.is_empty() {
+                let expanded = expanded.get_or_insert_with(|| inputs[..i].to_vec());
+                expanded.push(input.clone());
+                expanded.extend(survey.current.iter().cloned().map(Input::Directory));
+            } else if let Some(expanded) = &mut expanded {
+                expanded.push(input.clone());
+            }
+            report.current.extend(survey.current);
+            if policy.remove_stale_runs {
+                let removal = compaction::stale_runs::remove(
+                    dir,
+                    &survey.stale,
+                    std::time::SystemTime::now(),
+                );
+                events.extend(removal.removed.iter().cloned().map(Event::StaleRunRemoved));
+                events.extend(removal.failed.into_iter().map(|(path, error)| {
+                    Event::StaleRunNotRemoved {
+                        path,
+                        error: error.to_string(),
+                    }
+                }));
+                report.stale.extend(
+                    survey
+                        .stale
+                        .into_iter()
+                        .filter(|run| !removal.removed.contains(&run.path)),
+                );
+            } else {
+                report.stale.extend(survey.stale);
+            }
+        }
+        let now: std::collections::BTreeSet<PathBuf> =
+            report.stale.iter().map(|run| run.path.clone()).collect();
+        events.extend(
+            report
+                .stale
+                .iter()
+                .filter(|run| !self.reported.contains(&run.path))
+                .cloned()
+                .map(Event::StaleRun),
+        );
+        self.reported = now;
+        let inputs = match expanded {
+            Some(expanded) => std::borrow::Cow::Owned(expanded),
+            None => std::borrow::Cow::Borrowed(inputs),
+        };
+        (inputs, report)
     }
 }
 

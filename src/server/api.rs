@@ -50,11 +50,32 @@ pub(crate) struct LastCollection {
     /// With subdirectories or `--discover.processes`: every part (pod,
     /// directory) read, with its labels, directories, files and writers.
     pub(crate) parts: Vec<PartJson>,
+    /// The current runs among the directories' temporary subdirectories,
+    /// read with them (see `crate::source::temporary`).
+    pub(crate) current_subdirectories: Vec<String>,
+    /// The runs left by earlier starts of the server: left out (also listed
+    /// in `problems`, reason `stale_subdirectory`).
+    pub(crate) stale_subdirectories: Vec<StaleJson>,
     /// Discovered directories dropped by this collection's scans (kept by
     /// [`Insight`] for a few minutes, served as the status's `dropped`).
     #[serde(skip)]
     pub(crate) dropped: Vec<DroppedJson>,
 }
+
+/// One stale run of [`LastCollection`].
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct StaleJson {
+    pub(crate) path: String,
+    /// Its metric files.
+    pub(crate) files: usize,
+    /// Whether its writers are known to have exited.
+    pub(crate) writers_dead: bool,
+    /// When anything in it last changed, seconds since the Unix epoch.
+    pub(crate) last_change: f64,
+}
+
+/// The reason a stale run has in [`LastCollection::problems`].
+pub(crate) const STALE_SUBDIRECTORY: &str = "stale_subdirectory";
 
 /// One problem of [`LastCollection`].
 #[derive(Debug, Clone, Serialize)]
@@ -97,6 +118,35 @@ impl LastCollection {
                     path: p.path.display().to_string(),
                     reason: p.reason.label(),
                     message: p.reason.to_string(),
+                })
+                .chain(gathered.runs.stale.iter().map(|run| ProblemJson {
+                    path: run.path.display().to_string(),
+                    reason: STALE_SUBDIRECTORY,
+                    message: format!(
+                        "A temporary subdirectory left by an earlier run of the server ({} metric files, {}): not summed with the current run.",
+                        run.files,
+                        if run.writers_dead { "its writers exited" } else { "its writers cannot be seen" }
+                    ),
+                }))
+                .collect(),
+            current_subdirectories: gathered
+                .runs
+                .current
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect(),
+            stale_subdirectories: gathered
+                .runs
+                .stale
+                .iter()
+                .map(|run| StaleJson {
+                    path: run.path.display().to_string(),
+                    files: run.files,
+                    writers_dead: run.writers_dead,
+                    last_change: run
+                        .last_change
+                        .duration_since(UNIX_EPOCH)
+                        .map_or(0.0, |d| d.as_secs_f64()),
                 })
                 .collect(),
             parts: parts_of(gathered),

@@ -58,7 +58,7 @@ pub(crate) fn page(
 <section><h2>Directories</h2><ul id="directories">{directories}</ul>
 <div id="generic">{generic}</div></section>
 {pods}
-<section><h2>vLLM</h2><p class="muted">Per model (and pod); rates and averages between collections, a counter reset skips its interval. The last 15 minutes.</p>
+<section><h2>vLLM and SGLang</h2><p class="muted">Per model (and pod); SGLang: queued requests, token usage (KV cache), cached over prompt tokens (hit rate), inter-token latency (TPOT); rates and averages between collections, a counter reset skips its interval. The last 15 minutes.</p>
 <select id="pod-filter" class="pod-filter" aria-label="Pod" hidden></select>
 <div id="models"><p class="muted">Waiting for two collections…</p></div></section>
 <script>{pods_script}{SCRIPT}</script>
@@ -213,7 +213,7 @@ function renderModels(summary) {
   const box = document.getElementById('models');
   const models = chartKeys(summary);
   if (models.length === 0) {
-    box.innerHTML = '<p class="muted">No vLLM metrics in these directories: nothing to chart.</p>';
+    box.innerHTML = '<p class="muted">No vLLM or SGLang metrics in these directories: nothing to chart.</p>';
     return;
   }
   box.innerHTML = models.map(model => {

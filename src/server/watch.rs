@@ -37,6 +37,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{interval, sleep_until, Instant, MissedTickBehavior};
 
 use crate::format::file_name::is_listed_name;
+use crate::source::temporary::is_temporary_name;
 
 use crate::server::{ReloadTrigger, Shared};
 
@@ -91,6 +92,13 @@ impl Unservable {
             let name = entry.file_name();
             if is_listed_name(name.as_bytes()) {
                 files += 1;
+            } else if !per_subdirectory
+                && is_temporary_name(name.as_bytes())
+                && entry.file_type().is_ok_and(|t| t.is_dir())
+            {
+                // A server's run (SGLang, TensorRT-LLM): its files are
+                // served with the directory's; an empty one is nothing.
+                files += usize::from(holds_metric_files(&entry.path()));
             } else if entry.file_type().is_ok_and(|t| t.is_dir())
                 && !name.to_string_lossy().starts_with('.')
             {
@@ -138,6 +146,15 @@ impl Unservable {
             ),
         }
     }
+}
+
+/// Whether `dir` has a `*.db` entry.
+fn holds_metric_files(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries
+            .flatten()
+            .any(|e| is_listed_name(e.file_name().as_bytes()))
+    })
 }
 
 /// Warns about every directory that gives nothing to serve (called every

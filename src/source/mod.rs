@@ -29,6 +29,7 @@ mod mapped;
 pub mod ray_workers;
 mod reader;
 mod skip;
+pub mod temporary;
 pub(crate) mod upstream;
 pub mod writers;
 

@@ -320,6 +320,49 @@ mod tests {
     }
 
     #[test]
+    fn sglangs_families_are_filtered_and_renamed_as_vllms_are() {
+        let sglang = || {
+            vec![
+                family(
+                    "sglang:num_queue_reqs",
+                    MetricType::Gauge,
+                    &[("sglang:num_queue_reqs", &[("tp_rank", "0")], 2.0)],
+                ),
+                family(
+                    "http_requests",
+                    MetricType::Counter,
+                    &[("http_requests_total", &[], 1.0)],
+                ),
+                family(
+                    "sglang:prompt_tokens",
+                    MetricType::Counter,
+                    &[("sglang:prompt_tokens_total", &[], 3.0)],
+                ),
+            ]
+        };
+        let config = Config::from_yaml("filter: {include_prefixes: [\"sglang:\"]}").unwrap();
+        let out = apply(&config, sglang());
+        assert_eq!(
+            names(&out.families),
+            ["sglang:num_queue_reqs", "sglang:prompt_tokens"]
+        );
+        let config = Config::from_yaml("naming: ray").unwrap();
+        let out = apply(&config, sglang());
+        assert_eq!(
+            names(&out.families),
+            [
+                "ray_sglang_num_queue_reqs",
+                "ray_http_requests",
+                "ray_sglang_prompt_tokens"
+            ]
+        );
+        assert_eq!(
+            &*out.families[2].samples[0].name,
+            "ray_sglang_prompt_tokens_total"
+        );
+    }
+
+    #[test]
     fn identity_changes_nothing() {
         let out = apply(&Config::default(), vllm_families());
         assert_eq!(out.families, vllm_families());

@@ -10,9 +10,12 @@ pub const ENDPOINT_PICKER: &str = "endpoint-picker";
 /// The families of the built-in view, as vLLM names them: what the
 /// endpoint picker's releases (v0.5.1 to v1.5.0) and the llm-d router read
 /// from vLLM by default. `vllm:gpu_cache_usage_perc` (EPP up to v1.2) is
-/// served where vLLM still writes it, or with `vllm_aliases`; the last three
-/// (the llm-d router's LoRA residency) where vLLM writes them.
-pub const ENDPOINT_PICKER_FAMILIES: [&str; 9] = [
+/// served where vLLM still writes it, or with `vllm_aliases`; the llm-d
+/// router's LoRA residency families where vLLM writes them. SGLang's three
+/// that the endpoint picker reads when configured for SGLang
+/// (gateway-api-inference-extension#1141) where SGLang writes them, one
+/// series per scheduler rank (not folded per pod yet: docs/sglang.md).
+pub const ENDPOINT_PICKER_FAMILIES: [&str; 12] = [
     "vllm:num_requests_waiting",
     "vllm:num_requests_running",
     "vllm:kv_cache_usage_perc",
@@ -22,6 +25,9 @@ pub const ENDPOINT_PICKER_FAMILIES: [&str; 9] = [
     "vllm:lora_adapter_loaded",
     "vllm:num_gpu_loaded_lora_adapters",
     "vllm:max_gpu_lora_adapters",
+    "sglang:num_queue_reqs",
+    "sglang:num_running_reqs",
+    "sglang:token_usage",
 ];
 
 /// A validated view.

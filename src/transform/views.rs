@@ -211,6 +211,10 @@ mod tests {
         assert_eq!(plain.families.len(), ENDPOINT_PICKER_FAMILIES.len());
         assert!(plain.holds(&family("vllm:cache_config_info", MetricType::Gauge)));
         assert!(!plain.holds(&family("vllm:prompt_tokens", MetricType::Counter)));
+        assert!(plain.holds(&family("sglang:num_queue_reqs", MetricType::Gauge)));
+        assert!(plain.holds(&family("sglang:token_usage", MetricType::Gauge)));
+        assert!(!plain.holds(&family("sglang:prompt_tokens", MetricType::Counter)));
+        assert!(ray.holds(&family("ray_sglang_num_running_reqs", MetricType::Gauge)));
     }
 
     #[test]

@@ -236,3 +236,92 @@ fn the_demo_writes_vllm_0_33_0s_own_definitions() {
     problems.extend(check_demo(&python, dir.path(), "after_traffic"));
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+#[test]
+fn the_sglang_demo_writes_sglang_0_5_23s_own_definitions_as_prometheus_client_reads_them() {
+    use multiproc_exporter::demo::sglang::{catalogue, SglangDemo};
+    let Some(python) = python() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut demo = SglangDemo::new(dir.path(), 2, 0).expect("demo");
+    for _ in 0..10 {
+        demo.step().expect("step");
+    }
+    let path = dir.path().to_str().expect("utf-8");
+    // prometheus_client's collector reads the files to the exporter's bytes.
+    for format in ["text", "openmetrics"] {
+        for escaping in ["underscores", "allow-utf-8"] {
+            let ours = String::from_utf8(dump(&["--format", format, "--escaping", escaping, path]))
+                .expect("utf-8");
+            let theirs = run_python(&python, PYTHON_MERGE, &[path, format, escaping], &[]);
+            assert_eq!(ours, theirs, "{format} {escaping}");
+        }
+    }
+    // Every family SGLang's scheduler and tokenizer define, with its type;
+    // each scheduler gauge once per rank.
+    let text = run_python(&python, PYTHON_MERGE, &[path, "text", "allow-utf-8"], &[]);
+    let types: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .collect();
+    let written: Vec<_> = catalogue().iter().filter(|f| f.written()).collect();
+    assert_eq!(types.len(), written.len(), "{types:?}");
+    for family in written {
+        let (name, kind) = match family.kind {
+            multiproc_exporter::demo::FamilyType::Counter => {
+                (format!("{}_total", family.name), "counter")
+            }
+            multiproc_exporter::demo::FamilyType::Gauge => (family.name.clone(), "gauge"),
+            multiproc_exporter::demo::FamilyType::Histogram => (family.name.clone(), "histogram"),
+            multiproc_exporter::demo::FamilyType::Summary => (family.name.clone(), "summary"),
+        };
+        assert!(
+            types.contains(&format!("{name} {kind}").as_str()),
+            "{name} {kind}: {types:?}"
+        );
+    }
+    for rank in ["0", "1"] {
+        let series = format!("sglang:num_running_reqs{{engine_type=\"unified\",model_name=\"Qwen/Qwen3-0.6B\",moe_ep_rank=\"0\",pp_rank=\"0\",tp_rank=\"{rank}\"}} ");
+        assert!(text.contains(&series), "{series}\n{text}");
+    }
+}
+
+#[test]
+fn demo_command_serves_sglang_with_its_endpoint_picker_families() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    let mut child = Command::new(crate::support::exporter_bin())
+        .args([
+            "demo",
+            "--demo.engine",
+            "sglang",
+            "--demo.tick-ms",
+            "100",
+            "--web.listen-address",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start demo");
+    let base = format!("http://127.0.0.1:{port}");
+    let metrics = wait_for("the demo to serve SGLang metrics", || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        let text = String::from_utf8(get(&format!("{base}/metrics"), &[]).body).ok()?;
+        text.contains("sglang:prompt_tokens_total").then_some(text)
+    });
+    assert!(!metrics.contains("vllm:"), "{metrics}");
+    let view = String::from_utf8(get(&format!("{base}/metrics/endpoint-picker"), &[]).body)
+        .expect("utf-8");
+    for family in [
+        "sglang:num_queue_reqs",
+        "sglang:num_running_reqs",
+        "sglang:token_usage",
+    ] {
+        assert!(view.contains(&format!("# TYPE {family} gauge\n")), "{view}");
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}

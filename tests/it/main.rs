@@ -34,6 +34,7 @@ mod limits;
 mod load;
 mod log_volume;
 mod subdirectories;
+mod temporary_runs;
 mod tls;
 mod upstreams;
 mod web_config;

@@ -16,7 +16,9 @@
 //!
 //! A fourth job has an exporter whose directory does not exist and whose
 //! configuration reload fails, and an exporter that is stopped after its
-//! first scrapes. Prometheus (Debian's `prometheus` 2.42) scrapes everything
+//! first scrapes. A fifth (`sglang`) serves an overloaded SGLang-like server
+//! writing SGLang's families in a temporary subdirectory
+//! (`tests/python/temporary_dir_server.py`). Prometheus (Debian's `prometheus` 2.42) scrapes everything
 //! every second and evaluates every rule file of `deploy/prometheus/` every
 //! second, with their `for` durations shortened to 1 s.
 //!
@@ -28,7 +30,8 @@
 //!   series exists for both models under every naming with plausible values,
 //!   and every rule evaluates without error;
 //! * exactly the expected alerts fire: the four vLLM alerts for each Qwen
-//!   engine (never for Llama) under every naming, skipped files for the Qwen
+//!   engine (never for Llama) under every naming, the three SGLang alerts for
+//!   the SGLang server, skipped files for the Qwen
 //!   exporters, and the missing directory, failed reload and down exporter.
 
 use crate::support;
@@ -51,6 +54,14 @@ const LLAMA: &str = "meta-llama/Llama-3.1-8B-Instruct";
 const QWEN: &str = "Qwen/Qwen2.5-7B-Instruct";
 /// What Grafana makes of `$__rate_interval` for a 15 s scrape interval.
 const RATE_INTERVAL: &str = "1m";
+
+/// The names of a dashboard's template variables.
+fn variable_names(dashboard: &Json) -> BTreeSet<String> {
+    variables(dashboard)
+        .iter()
+        .map(|v| v["name"].as_str().unwrap().to_owned())
+        .collect()
+}
 
 /// `tests/python/vllm_full_load.py` writing one pod's directory until dropped.
 struct Writer {
@@ -322,11 +333,23 @@ fn every_dashboard_and_rule_query_returns_data_and_the_test_alerts_fire() {
     let stuck_instance = instance(&stuck);
     let (misconfigured_instance, doomed_instance) = (instance(&misconfigured), instance(&doomed));
 
+    // An overloaded SGLang server writing in a temporary subdirectory, and
+    // its sidecar (job `sglang`).
+    let sglang_dir = work.path().join("pod-sglang");
+    std::fs::create_dir(&sglang_dir).expect("mkdir");
+    let _sglang = crate::temporary_runs::Server::start_overloaded(&python, &sglang_dir);
+    // The text format: Prometheus stores `sglang:*` as SGLang's own /metrics
+    // gives them (sglang.rules.yml's names).
+    let sglang_exporter =
+        Exporter::start(&["--dir", &path(&sglang_dir), "--web.disable-openmetrics"]);
+    let sglang_instance = instance(&sglang_exporter);
+
     let rules = rule_files_for_test(&work.path().join("rules"));
     let mut jobs: Vec<(&str, Vec<String>)> = schemes
         .iter()
         .map(|s| (s.job, vec![s.instances.0.clone(), s.instances.1.clone()]))
         .collect();
+    jobs.push(("sglang", vec![sglang_instance.clone()]));
     jobs.push((
         "misconfigured",
         vec![
@@ -366,6 +389,24 @@ fn every_dashboard_and_rule_query_returns_data_and_the_test_alerts_fire() {
             .map(|v| v["name"].as_str().unwrap().to_owned())
             .collect();
         let per_scheme = names.contains("vllm_prefix") || names.contains("lmcache_prefix");
+        if names.contains("sglang_prefix") {
+            // SGLang's dashboard: the `sglang` job, its names unchanged.
+            let values = [
+                ("sglang_prefix", "sglang:"),
+                ("job", "sglang"),
+                ("model_name", ".*"),
+                ("instance", ".*"),
+                ("__rate_interval", RATE_INTERVAL),
+            ];
+            for q in panel_queries(&dashboard) {
+                queries.push(Query {
+                    origin: format!("{file}: panel {:?} query {}", q.panel, q.ref_id),
+                    promql: substitute(&q.expr, &values),
+                    job: Some("sglang".to_owned()),
+                });
+            }
+            continue;
+        }
         for (i, scheme) in schemes.iter().enumerate() {
             if !per_scheme && i > 0 {
                 break;
@@ -400,7 +441,8 @@ fn every_dashboard_and_rule_query_returns_data_and_the_test_alerts_fire() {
         let job = schemes
             .iter()
             .find(|s| s.rule_file == name)
-            .map(|s| s.job.to_owned());
+            .map(|s| s.job.to_owned())
+            .or_else(|| (name == "sglang.rules.yml").then(|| "sglang".to_owned()));
         for rule in read_rules(&file) {
             queries.push(Query {
                 origin: format!("{name}: {}", rule.name()),
@@ -417,6 +459,34 @@ fn every_dashboard_and_rule_query_returns_data_and_the_test_alerts_fire() {
     // Template variables find what Grafana would offer.
     for (file, dashboard) in dashboards() {
         let file = file.file_name().unwrap().to_string_lossy().into_owned();
+        if variable_names(&dashboard).contains("sglang_prefix") {
+            let values = [
+                ("sglang_prefix", "sglang:"),
+                ("job", "sglang"),
+                ("model_name", ".*"),
+            ];
+            for v in variables(&dashboard)
+                .iter()
+                .filter(|v| v["type"] == "query")
+            {
+                let name = v["name"].as_str().unwrap();
+                let query = substitute(v["query"]["query"].as_str().unwrap(), &values);
+                let (selector, label) = monitoring::parse_label_values(&query);
+                let found = prometheus.label_values(&selector, &label);
+                let expected = match name {
+                    "sglang_prefix" => "sglang:num_running_reqs".to_owned(),
+                    "job" => "sglang".to_owned(),
+                    "model_name" => "qwen".to_owned(),
+                    "instance" => sglang_instance.clone(),
+                    other => panic!("{file}: no expectation for variable {other}"),
+                };
+                assert!(
+                    found.contains(&expected),
+                    "{file}: variable {name} ({query}): {found:?} lacks {expected}"
+                );
+            }
+            continue;
+        }
         for scheme in &schemes {
             let values = [
                 ("vllm_prefix", scheme.vllm_prefix.as_str()),
@@ -539,6 +609,15 @@ fn every_dashboard_and_rule_query_returns_data_and_the_test_alerts_fire() {
         expected.insert(format!(
             "MultiprocExporterFilesSkipped job={} instance={qwen_instance} reason=short_file",
             scheme.job
+        ));
+    }
+    for alert in [
+        "SglangTokenUsageHigh",
+        "SglangRequestsQueueing",
+        "SglangTimeToFirstTokenHigh",
+    ] {
+        expected.insert(format!(
+            "{alert} job=sglang instance={sglang_instance} model_name=qwen"
         ));
     }
     expected.insert(format!(

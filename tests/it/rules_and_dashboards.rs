@@ -65,6 +65,7 @@ fn promtool_checks_and_unit_tests_every_rule_file() {
         names,
         [
             "multiproc-exporter.rules.yml",
+            "sglang.rules.yml",
             "vllm-ray.rules.yml",
             "vllm-underscores.rules.yml",
             "vllm.rules.yml"
@@ -299,6 +300,7 @@ fn prometheus_rule_manifests_hold_the_rule_files() {
             "multiproc-exporter.rules.yml",
             "multiproc-exporter",
         ),
+        ("prometheusrule-sglang.yaml", "sglang.rules.yml", "sglang"),
     ] {
         let m = read_yaml(&rules_dir().join(manifest));
         assert_eq!(
@@ -357,6 +359,7 @@ fn dashboards_are_provisioning_ready() {
         [
             "mpe-exporter.json",
             "mpe-lmcache.json",
+            "mpe-sglang-overview.json",
             "mpe-vllm-kv-cache.json",
             "mpe-vllm-overview.json",
             "mpe-vllm-spec-decode.json"
@@ -491,13 +494,20 @@ fn dashboards_are_provisioning_ready() {
 fn dashboards_work_with_every_naming() {
     for (path, d) in dashboards() {
         let file = path.display();
-        let prefix = ["vllm_prefix", "lmcache_prefix"]
+        let prefix = ["vllm_prefix", "lmcache_prefix", "sglang_prefix"]
             .into_iter()
             .find(|name| variable(&d, name).is_some());
         for q in panel_queries(&d) {
             // No metric name spelled out in one naming: every vLLM/LMCache name
             // goes through the prefix variable.
-            for literal in ["vllm:", "lmcache:", "ray_vllm", "ray_lmcache"] {
+            for literal in [
+                "vllm:",
+                "lmcache:",
+                "sglang:",
+                "ray_vllm",
+                "ray_lmcache",
+                "ray_sglang",
+            ] {
                 assert!(
                     !q.expr.contains(literal),
                     "{file}: {}: {literal} in {}",
@@ -528,10 +538,10 @@ fn dashboards_work_with_every_naming() {
         assert_eq!(v["includeAll"], false, "{file}");
         assert_eq!(v["multi"], false, "{file}");
         // The three ways the names can read in Prometheus.
-        let kind = if prefix == "vllm_prefix" {
-            "vllm:"
-        } else {
-            "lmcache:"
+        let kind = match prefix {
+            "vllm_prefix" => "vllm:",
+            "sglang_prefix" => "sglang:",
+            _ => "lmcache:",
         };
         assert_eq!(
             v["regex"],

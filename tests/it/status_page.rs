@@ -16,7 +16,7 @@ use crate::support::web::bcrypt_hash;
 use crate::support::{get, key, repo_root, wait_for, write_counter, write_db, Exporter};
 
 /// Where the screenshots go (kept after the run).
-fn screenshot(name: &str) -> PathBuf {
+pub(crate) fn screenshot(name: &str) -> PathBuf {
     let dir = repo_root().join("target/test-output");
     std::fs::create_dir_all(&dir).unwrap();
     dir.join(name)
@@ -60,7 +60,7 @@ fn text_of(page: &Page, id: &str) -> String {
 
 /// The `data-points` of every chart's SVG, in order (the page's script, in
 /// the DOM too, has the attribute with an expression instead of a number).
-fn chart_points(page: &Page) -> Vec<usize> {
+pub(crate) fn chart_points(page: &Page) -> Vec<usize> {
     page.dom
         .match_indices("preserveAspectRatio=\"none\" data-points=\"")
         .filter_map(|(at, m)| {
@@ -70,7 +70,7 @@ fn chart_points(page: &Page) -> Vec<usize> {
         .collect()
 }
 
-fn assert_no_errors(page: &Page) {
+pub(crate) fn assert_no_errors(page: &Page) {
     assert!(
         page.errors().is_empty(),
         "console errors: {:?}",
@@ -189,7 +189,8 @@ fn the_status_page_names_a_bad_file_behind_basic_auth() {
     );
     // No vLLM metrics: the generic part only.
     assert!(
-        page.dom.contains("No vLLM metrics in these directories"),
+        page.dom
+            .contains("No vLLM or SGLang metrics in these directories"),
         "{}",
         page.dom
     );

@@ -7,6 +7,13 @@
 //! is written at start-up or only after traffic, and the label values seen.
 //! The few behavioural constants the data cannot hold (how requests finish,
 //! speculative acceptance, scheduler limits) follow it.
+//!
+//! `sglang-0.5.23-metrics-collector.json` beside them is SGLang 0.5.23's
+//! families (name, type, help, label names, bounds, gauge mode, the collector
+//! and so the process writing it), extracted from its source by
+//! `scripts/sglang-catalogue.py`; `super::sglang` (`demo --demo.engine
+//! sglang`) and the tests' SGLang-like server
+//! (`tests/python/temporary_dir_server.py`) write them.
 
 use std::collections::BTreeMap;
 use std::io;

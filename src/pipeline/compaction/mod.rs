@@ -20,6 +20,7 @@
 //!   exporter runs it before it reads the directory).
 
 pub mod journal;
+pub mod stale_runs;
 
 use std::collections::HashMap;
 use std::io;

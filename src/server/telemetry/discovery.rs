@@ -100,7 +100,7 @@ pub(crate) struct DiscoveryMetrics {
 
 #[derive(Debug, Default, Clone)]
 struct Values {
-    targets: [usize; 5],
+    targets: [usize; 6],
     processes_unreadable: usize,
     last_scan_seconds: f64,
     scans: u64,
@@ -124,7 +124,7 @@ impl DiscoveryMetrics {
     /// of its family conflicts.
     pub(crate) fn observe(&self, report: &DiscoveryReport, conflicts: &[&str]) {
         let mut v = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        v.targets = [0; 5];
+        v.targets = [0; 6];
         for target in &report.targets {
             let i = TargetState::ALL
                 .iter()
@@ -175,7 +175,7 @@ impl DiscoveryMetrics {
         let v = self.state.lock().unwrap_or_else(|e| e.into_inner()).clone();
         out.by_label(
             &format!("{p}discovery_targets"),
-            "Multiprocess directories discovered through /proc at the last scrape, by state: held (a process holds their files), pod_exists (their writers exited, their pod exists), lingering (their writers exited, no pod known: kept for --discover.linger), unreadable (found but cannot be read), capped (left out: their pod has --discover.max-directories-per-pod older ones).",
+            "Multiprocess directories discovered through /proc at the last scrape, by state: held (a process holds their files), pod_exists (their writers exited, their pod exists), lingering (their writers exited, no pod known: kept for --discover.linger), unreadable (found but cannot be read), capped (left out: their pod has --discover.max-directories-per-pod older ones), stale (left out: a temporary subdirectory of an earlier run of their container's server, superseded by a newer run).",
             MetricType::Gauge,
             "state",
             TargetState::ALL

@@ -69,6 +69,7 @@ impl Reporter {
                 elapsed,
                 panicked,
             );
+            m.observe_stale_subdirectories(gathered.runs.stale.len());
             if let Some(subdirectories) = gathered.subdirectories {
                 m.observe_subdirectories(subdirectories, &conflicts);
             }
@@ -266,6 +267,31 @@ impl Reporter {
                             path = %path.display(),
                             %error,
                             "Cannot read Ray's log directory (per_writer.ray_logs); labelling writers with their pids."
+                        );
+                    }
+                    now.insert(key);
+                }
+                Event::StaleRun(run) => tracing::warn!(
+                    path = %run.path.display(),
+                    files = run.files,
+                    writers_dead = run.writers_dead,
+                    "Leaving out a temporary subdirectory left by an earlier run of the server (its values are not summed with the current run's); --dir.remove-stale-subdirectories removes such subdirectories."
+                ),
+                Event::StaleRunRemoved(path) => tracing::info!(
+                    path = %path.display(),
+                    "Removed a temporary subdirectory left by an earlier run (--dir.remove-stale-subdirectories)."
+                ),
+                Event::StaleRunNotRemoved { path, error } => {
+                    let key: LoggedConflict = (
+                        path.to_string_lossy().into(),
+                        "".into(),
+                        "stale_run_not_removed",
+                    );
+                    if !self.conflicts.contains(&key) {
+                        tracing::warn!(
+                            path = %path.display(),
+                            %error,
+                            "Cannot remove a temporary subdirectory left by an earlier run (--dir.remove-stale-subdirectories): does the exporter have write access to the directory?"
                         );
                     }
                     now.insert(key);

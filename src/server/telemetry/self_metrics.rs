@@ -58,6 +58,7 @@ pub(crate) struct SelfMetrics {
     reloads: Family<OneLabel, Counter>,
     watch_rescans: Counter,
     subdirectories: Gauge,
+    stale_subdirectories: Gauge,
     subdirectory_conflicts: Family<OneLabel, Gauge>,
     /// The HTTP side's metrics (connections, refused requests, web
     /// configuration reloads).
@@ -113,6 +114,7 @@ impl SelfMetrics {
             reloads: Family::default(),
             watch_rescans: Counter::default(),
             subdirectories: Gauge::default(),
+            stale_subdirectories: Gauge::default(),
             subdirectory_conflicts: Family::default(),
             web: WebMetrics::new(),
             writers: WriterMetrics::default(),
@@ -215,6 +217,12 @@ impl SelfMetrics {
         self.subdirectory_metrics = true;
     }
 
+    /// Records how many temporary subdirectories the last scrape left out as
+    /// stale runs (see `crate::source::temporary`).
+    pub(crate) fn observe_stale_subdirectories(&self, stale: usize) {
+        self.stale_subdirectories.set(count(stale));
+    }
+
     /// Records what the last scrape read with `--dir.subdirectories-label`:
     /// how many subdirectories, and the reason of each conflict.
     pub(crate) fn observe_subdirectories(&self, subdirectories: usize, conflicts: &[&str]) {
@@ -314,6 +322,11 @@ impl SelfMetrics {
             &format!("{p}watch_rescans"),
             "Full rescans of the metric directories forced by a file-watch queue overflow or error.",
             self.watch_rescans.get() as f64,
+        );
+        out.gauge(
+            &format!("{p}scrape_stale_temporary_directories"),
+            "Temporary subdirectories left by earlier runs of the server, left out of the last scrape (not summed with the current run; --dir.remove-stale-subdirectories removes them).",
+            self.stale_subdirectories.get() as f64,
         );
         self.web.add_families(&mut out);
         self.writers.add_families(p, &mut out);
@@ -455,6 +468,7 @@ mod tests {
                 "multiproc_exporter_config_last_reload_success_timestamp_seconds",
                 "multiproc_exporter_config_reloads",
                 "multiproc_exporter_watch_rescans",
+                "multiproc_exporter_scrape_stale_temporary_directories",
                 "multiproc_exporter_http_connections_open",
                 "multiproc_exporter_http_connections_closed",
                 "multiproc_exporter_http_requests_rejected",

@@ -62,6 +62,14 @@ pub struct WriterPolicy {
     /// Fold dead writers' files into archive files in the directory
     /// (`--dir.compact-dead-writers`; see `crate::pipeline::compaction`).
     pub compact_dead: bool,
+    /// Read the current run among the directory's temporary subdirectories
+    /// with it, and leave out the stale ones (see
+    /// [`crate::source::temporary`]); `--dir.ignore-temporary-subdirectories`
+    /// turns it off.
+    pub temporary_runs: bool,
+    /// Remove the stale runs (`--dir.remove-stale-subdirectories`; see
+    /// `crate::pipeline::compaction::stale_runs`).
+    pub remove_stale_runs: bool,
 }
 
 impl Default for WriterPolicy {
@@ -74,13 +82,17 @@ impl Default for WriterPolicy {
             pending_grace: Duration::from_secs(10),
             fold_dead: true,
             compact_dead: false,
+            temporary_runs: true,
+            remove_stale_runs: false,
         }
     }
 }
 
 impl WriterPolicy {
     /// prometheus_client's semantics: no liveness, nothing dropped, no
-    /// process metrics, every short file a problem.
+    /// process metrics, every short file a problem (a temporary
+    /// subdirectory's current run is read, as the application's own
+    /// collector reads the directory it writes).
     pub fn exact() -> Self {
         Self {
             liveness: LivenessMode::Off,
@@ -90,6 +102,8 @@ impl WriterPolicy {
             pending_grace: Duration::ZERO,
             fold_dead: false,
             compact_dead: false,
+            temporary_runs: true,
+            remove_stale_runs: false,
         }
     }
 }

@@ -31,6 +31,7 @@ mod hostile;
 mod privileges;
 mod serve;
 mod status;
+mod temporary;
 
 use std::io::{BufRead as _, BufReader};
 use std::os::unix::fs::MetadataExt as _;

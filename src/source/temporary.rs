@@ -1,0 +1,387 @@
+//! Temporary subdirectories of a metrics directory: the runs of a server
+//! that writes its files in a `tempfile.TemporaryDirectory` under the
+//! directory it was given (or under `TMPDIR`), and which of them is the
+//! server's current run.
+//!
+//! SGLang's and TensorRT-LLM's `set_prometheus_multiproc_dir()`, and vLLM's
+//! `setup_multiprocess_prometheus()` when `PROMETHEUS_MULTIPROC_DIR` is
+//! unset, create a `TemporaryDirectory` and write there: a directory named
+//! by Python's `tempfile` (`tmp` and eight of `a-z0-9_`), new after every
+//! restart, removed by a clean exit and left behind by a killed server.
+//!
+//! A subdirectory is a *run* when its name is such a name and it holds at
+//! least one `*.db` file (an empty one has nothing to serve or to sum; SGLang
+//! and TensorRT-LLM, given `PROMETHEUS_MULTIPROC_DIR`, leave one empty while
+//! their files go to the directory itself). Of the runs:
+//!
+//! * **current** are those with a live writer, where the writers' processes
+//!   can be seen (the liveness of [`super::writers`]: a shared process
+//!   namespace, a node agent); when none has one (no pid visible, or the
+//!   server down or just restarted), the run created last (its birth time;
+//!   its modification time where the file system keeps none; then its name)
+//!   is current, so the values of a stopped server stay served until its
+//!   next run writes its first file;
+//! * **stale** are the others: left by an earlier run. They are not read,
+//!   and are reported ([`StaleRun`]).
+
+use std::os::unix::ffi::OsStrExt as _;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use rustc_hash::FxHashMap;
+
+use super::writers::{Visibility, WriterPolicy, WriterState, Writers, WrittenFile};
+use crate::format::file_name::{is_archive_name, is_listed_name, writer_pid};
+
+/// The characters of Python's `tempfile` random names
+/// (`tempfile._RandomNameSequence.characters`).
+const RANDOM_CHARACTERS: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789_";
+
+/// Whether `name` is one that `tempfile.TemporaryDirectory()` (or `mkdtemp`)
+/// gives with its default prefix and suffix: `tmp` and eight random
+/// characters.
+pub fn is_temporary_name(name: &[u8]) -> bool {
+    name.len() == 11
+        && name.starts_with(b"tmp")
+        && name[3..].iter().all(|c| RANDOM_CHARACTERS.contains(c))
+}
+
+/// A run left by an earlier start of the server: not read, reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaleRun {
+    /// The subdirectory.
+    pub path: PathBuf,
+    /// Its `*.db` files.
+    pub files: usize,
+    /// Whether every writer of its files is known to have exited (their
+    /// processes can be seen); `false` where they cannot be.
+    pub writers_dead: bool,
+    /// When anything in it last changed (the newest modification time of the
+    /// subdirectory and its files).
+    pub last_change: SystemTime,
+}
+
+/// What [`Runs::survey`] found in one directory.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Survey {
+    /// The current runs, in name order: read with the directory.
+    pub current: Vec<PathBuf>,
+    /// The stale runs, in name order.
+    pub stale: Vec<StaleRun>,
+}
+
+/// A run as last listed: its files while its identity and times stay the
+/// same (a new or removed entry changes them).
+#[derive(Debug)]
+struct Listed {
+    identity: Identity,
+    files: Vec<(PathBuf, WrittenFile)>,
+}
+
+/// Tells the current runs of directories from the stale ones, across
+/// collections (the writers' verdicts and the runs' listings are kept).
+#[derive(Debug)]
+pub struct Runs {
+    writers: Writers,
+    listed: FxHashMap<PathBuf, Listed>,
+    /// Each surveyed directory's identity and times, with its
+    /// temporary-named subdirectories, while it is unchanged.
+    parents: FxHashMap<PathBuf, (Identity, Vec<PathBuf>)>,
+}
+
+/// A directory's device, inode, and modification and change times.
+type Identity = (u64, u64, [i64; 4]);
+
+/// How long a directory must have been unchanged before its listing of
+/// subdirectories is reused (as the reader's listings).
+const SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A run found by [`Runs::survey`] before the decision.
+struct Found {
+    path: PathBuf,
+    created: SystemTime,
+    files: Vec<WrittenFile>,
+    last_change: SystemTime,
+}
+
+impl Runs {
+    /// Runs whose writers' liveness is decided as `policy` says (its
+    /// `liveness` only).
+    pub fn new(policy: WriterPolicy) -> Self {
+        let policy = WriterPolicy {
+            process_metrics: false,
+            compact_dead: false,
+            ..policy
+        };
+        Self {
+            writers: Writers::new(policy),
+            listed: FxHashMap::default(),
+            parents: FxHashMap::default(),
+        }
+    }
+
+    /// Lists the runs in `dir` and tells the current ones from the stale.
+    /// A directory without any (the usual case) costs one `readdir`.
+    pub fn survey(&mut self, dir: &Path) -> Survey {
+        let Some(names) = self.subdirectories(dir) else {
+            return Survey::default();
+        };
+        self.listed
+            .retain(|path, _| path.parent() != Some(dir) || names.contains(path));
+        let mut found = Vec::new();
+        for path in names {
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            let identity = identity_of(&meta);
+            let fresh = self
+                .listed
+                .get(&path)
+                .is_none_or(|l| l.identity != identity);
+            if fresh {
+                let files = list_files(&path);
+                self.listed.insert(path.clone(), Listed { identity, files });
+            }
+            let files = &self.listed[&path].files;
+            if files.is_empty() {
+                continue;
+            }
+            let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+            let last_change = files
+                .iter()
+                .filter_map(|(file, _)| std::fs::metadata(file).ok()?.modified().ok())
+                .fold(modified, SystemTime::max);
+            found.push(Found {
+                created: meta.created().unwrap_or(modified),
+                files: files.iter().map(|(_, w)| *w).collect(),
+                last_change,
+                path,
+            });
+        }
+        self.decide(found)
+    }
+
+    /// The temporary-named subdirectories of `dir`, in name order: read
+    /// again only when the directory changed (an entry created, removed or
+    /// renamed changes its modification time) or its last listing was made
+    /// within [`SETTLE`] of that change (timestamps advance in ticks).
+    fn subdirectories(&mut self, dir: &Path) -> Option<Vec<PathBuf>> {
+        let meta = std::fs::metadata(dir).ok().filter(|m| m.is_dir())?;
+        let identity = identity_of(&meta);
+        if let Some((known, names)) = self.parents.get(dir) {
+            if *known == identity {
+                return Some(names.clone());
+            }
+        }
+        let listed_at = SystemTime::now();
+        let entries = std::fs::read_dir(dir).ok()?;
+        let mut names: Vec<PathBuf> = entries
+            .flatten()
+            .filter(|e| is_temporary_name(e.file_name().as_bytes()))
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| e.path())
+            .collect();
+        names.sort();
+        let settled = meta
+            .modified()
+            .is_ok_and(|modified| modified + SETTLE <= listed_at);
+        if settled {
+            self.parents
+                .insert(dir.to_path_buf(), (identity, names.clone()));
+        } else {
+            self.parents.remove(dir);
+        }
+        Some(names)
+    }
+
+    fn decide(&mut self, found: Vec<Found>) -> Survey {
+        let seen = matches!(
+            self.writers.visibility(),
+            Visibility::Confirmed | Visibility::Assumed
+        );
+        let mut states: Vec<Vec<WriterState>> = found
+            .iter()
+            .map(|run| self.writers.census(&run.files).states)
+            .collect();
+        if !seen
+            && matches!(
+                self.writers.visibility(),
+                Visibility::Confirmed | Visibility::Assumed
+            )
+        {
+            // A later run's live writer confirmed that writers can be seen:
+            // the earlier runs' writers are decided again, now from `/proc`.
+            states = found
+                .iter()
+                .map(|run| self.writers.census(&run.files).states)
+                .collect();
+        }
+        let seen = matches!(
+            self.writers.visibility(),
+            Visibility::Confirmed | Visibility::Assumed
+        );
+        let live: Vec<bool> = states
+            .iter()
+            .map(|s| s.contains(&WriterState::Live))
+            .collect();
+        let current: Vec<bool> = if live.iter().any(|l| *l) {
+            live
+        } else {
+            let newest = found
+                .iter()
+                .enumerate()
+                .max_by(|(_, a), (_, b)| (a.created, &a.path).cmp(&(b.created, &b.path)))
+                .map(|(i, _)| i);
+            (0..found.len()).map(|i| Some(i) == newest).collect()
+        };
+        let mut survey = Survey::default();
+        for ((run, is_current), states) in found.into_iter().zip(current).zip(states) {
+            if is_current {
+                survey.current.push(run.path);
+            } else {
+                survey.stale.push(StaleRun {
+                    files: run.files.len(),
+                    writers_dead: seen && states.iter().all(|s| *s == WriterState::Dead),
+                    last_change: run.last_change,
+                    path: run.path,
+                });
+            }
+        }
+        survey
+    }
+}
+
+/// A directory's [`Identity`].
+fn identity_of(meta: &std::fs::Metadata) -> Identity {
+    (
+        meta.dev(),
+        meta.ino(),
+        [
+            meta.mtime(),
+            meta.mtime_nsec(),
+            meta.ctime(),
+            meta.ctime_nsec(),
+        ],
+    )
+}
+
+/// The `*.db` files of a run, with what the writer check needs of each.
+fn list_files(dir: &Path) -> Vec<(PathBuf, WrittenFile)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut files = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if !is_listed_name(name.as_bytes()) {
+            continue;
+        }
+        let Ok(meta) = entry.metadata() else { continue };
+        if !meta.is_file() {
+            continue;
+        }
+        let Some(born) = meta
+            .created()
+            .or_else(|_| meta.modified())
+            .ok()
+            .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+        else {
+            continue;
+        };
+        let name = name.to_string_lossy();
+        files.push((
+            entry.path(),
+            WrittenFile {
+                pid: writer_pid(&name),
+                identity: (meta.dev(), meta.ino()),
+                born: born.as_secs_f64(),
+                archive: is_archive_name(&name),
+            },
+        ));
+    }
+    files
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_pythons_temporary_names_are_runs() {
+        assert!(is_temporary_name(b"tmpk3j9x_ab"));
+        assert!(is_temporary_name(b"tmp________"));
+        for name in [
+            "tmpk3j9x_a",
+            "tmpk3j9x_abc",
+            "tmpK3J9X_AB",
+            "lost+found",
+            "default_vllm-7d9f-abcde",
+            "tmp.k3j9xab",
+        ] {
+            assert!(!is_temporary_name(name.as_bytes()), "{name}");
+        }
+    }
+
+    fn run(dir: &Path, name: &str, pids: &[u32]) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::create_dir(&path).unwrap();
+        for pid in pids {
+            std::fs::write(path.join(format!("counter_{pid}.db")), [0u8; 8]).unwrap();
+        }
+        path
+    }
+
+    #[test]
+    fn without_visible_writers_the_run_created_last_is_current() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = run(dir.path(), "tmpzzzzzzzz", &[4_000_001]);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let new = run(dir.path(), "tmpaaaaaaaa", &[4_000_002]);
+        run(dir.path(), "tmpempty___", &[]);
+        std::fs::create_dir(dir.path().join("lost+found")).unwrap();
+        let mut runs = Runs::new(WriterPolicy::exact());
+        let survey = runs.survey(dir.path());
+        assert_eq!(survey.current, vec![new]);
+        assert_eq!(survey.stale.len(), 1);
+        assert_eq!(survey.stale[0].path, old);
+        assert_eq!(survey.stale[0].files, 1);
+        assert!(!survey.stale[0].writers_dead, "liveness off: not known");
+    }
+
+    #[test]
+    fn a_run_with_a_live_writer_is_current_whatever_its_age() {
+        let dir = tempfile::tempdir().unwrap();
+        let live = dir.path().join("tmplive____");
+        std::fs::create_dir(&live).unwrap();
+        // A writer holding its file open, as prometheus_client does: the
+        // shell's pid names the file and is `sleep`'s after `exec`.
+        let mut writer = std::process::Command::new("sh")
+            .args(["-c", "exec 3<>\"$0/counter_$$.db\"; exec sleep 60"])
+            .arg(&live)
+            .spawn()
+            .unwrap();
+        let file = live.join(format!("counter_{}.db", writer.id()));
+        for _ in 0..500 {
+            let cmdline = std::fs::read(format!("/proc/{}/cmdline", writer.id())).unwrap();
+            if file.exists() && cmdline.starts_with(b"sleep") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let dead = run(dir.path(), "tmpdead____", &[4_000_003]);
+        let policy = WriterPolicy {
+            liveness: crate::source::writers::LivenessMode::Proc,
+            ..WriterPolicy::default()
+        };
+        let mut runs = Runs::new(policy);
+        let survey = runs.survey(dir.path());
+        assert_eq!(survey.current, vec![live]);
+        assert_eq!(survey.stale.len(), 1);
+        assert_eq!(survey.stale[0].path, dead);
+        assert!(survey.stale[0].writers_dead);
+        writer.kill().unwrap();
+        writer.wait().unwrap();
+    }
+}

@@ -1,0 +1,404 @@
+//! Servers that write their files in a temporary subdirectory of the
+//! metrics directory (SGLang, TensorRT-LLM: `set_prometheus_multiproc_dir()`,
+//! `tests/python/temporary_dir_server.py`), served with default flags: the
+//! current run as prometheus_client merges it, a killed run left out and
+//! reported, a cleanly exited one leaving nothing (issue 43).
+
+use std::io::{BufRead as _, BufReader};
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use crate::support::{
+    self, listing_order, merged_part, python, python_exposition, repo_root, sample_value, Exporter,
+};
+
+/// A running `temporary_dir_server.py`, in a process group of its own.
+pub(crate) struct Server {
+    child: Child,
+    /// The directory its writers write.
+    pub(crate) written: PathBuf,
+}
+
+impl Server {
+    /// Starts the server with `PATTERN RUN`; with `multiproc_dir`,
+    /// PROMETHEUS_MULTIPROC_DIR is set to it, else TMPDIR is `tmpdir`.
+    fn start(
+        python: &Path,
+        pattern: &str,
+        run: u32,
+        multiproc_dir: Option<&Path>,
+        tmpdir: &Path,
+    ) -> Self {
+        Self::start_in(python, pattern, run, multiproc_dir, tmpdir, None)
+    }
+
+    /// [`Server::start`], first moving itself into the cgroup `cgroup` (a
+    /// directory of the cgroup file system) when given.
+    pub(crate) fn start_in(
+        python: &Path,
+        pattern: &str,
+        run: u32,
+        multiproc_dir: Option<&Path>,
+        tmpdir: &Path,
+        cgroup: Option<&Path>,
+    ) -> Self {
+        Self::spawn(
+            python,
+            &[pattern, &run.to_string()],
+            multiproc_dir,
+            tmpdir,
+            cgroup,
+        )
+    }
+
+    /// An overloaded SGLang server (a long queue, a nearly full KV cache,
+    /// slow first tokens, traffic going on) in a temporary subdirectory of
+    /// `tmpdir`.
+    pub(crate) fn start_overloaded(python: &Path, tmpdir: &Path) -> Self {
+        Self::spawn(python, &["sglang", "1", "overloaded"], None, tmpdir, None)
+    }
+
+    fn spawn(
+        python: &Path,
+        args: &[&str],
+        multiproc_dir: Option<&Path>,
+        tmpdir: &Path,
+        cgroup: Option<&Path>,
+    ) -> Self {
+        let mut command = match cgroup {
+            Some(cgroup) => {
+                let mut c = Command::new("sh");
+                c.arg("-c")
+                    .arg("echo $$ > \"$0/cgroup.procs\" && exec \"$@\"")
+                    .arg(cgroup)
+                    .arg(python);
+                c
+            }
+            None => Command::new(python),
+        };
+        command
+            .arg(repo_root().join("tests/python/temporary_dir_server.py"))
+            .args(args)
+            .env_remove("PROMETHEUS_MULTIPROC_DIR")
+            .env("TMPDIR", tmpdir)
+            .stdout(Stdio::piped())
+            .process_group(0);
+        if let Some(dir) = multiproc_dir {
+            command.env("PROMETHEUS_MULTIPROC_DIR", dir);
+        }
+        let mut child = command.spawn().expect("start temporary_dir_server.py");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let written = PathBuf::from(
+            line.trim()
+                .strip_prefix("READY ")
+                .unwrap_or_else(|| panic!("no READY line: {line:?}")),
+        );
+        Self { child, written }
+    }
+
+    /// SIGKILL to every process of the server (its schedulers too).
+    pub(crate) fn kill(mut self) {
+        let group = i32::try_from(self.child.id()).unwrap();
+        assert!(signal(-group, "KILL"), "kill the server's group");
+        self.child.wait().unwrap();
+    }
+
+    /// SIGTERM: a clean exit.
+    fn stop(mut self) {
+        let pid = i32::try_from(self.child.id()).unwrap();
+        assert!(signal(pid, "TERM"));
+        assert!(self.child.wait().unwrap().success());
+    }
+}
+
+impl Drop for Server {
+    /// A failed test leaves no writer behind.
+    fn drop(&mut self) {
+        if let Ok(group) = i32::try_from(self.child.id()) {
+            signal(-group, "KILL");
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// Sends `signal` to `pid` (a negative pid: a process group) with the
+/// `kill` command; whether it was delivered.
+fn signal(pid: i32, signal: &str) -> bool {
+    Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg("--")
+        .arg(pid.to_string())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The temporary subdirectories of `dir`.
+fn runs_in(dir: &Path) -> Vec<PathBuf> {
+    let mut runs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("tmp"))
+        .map(|e| e.path())
+        .collect();
+    runs.sort();
+    runs
+}
+
+/// prometheus_client's text exposition of `dir` alone, as its own
+/// `MultiProcessCollector` would print it.
+fn python_merge_of(python: &Path, dir: &Path) -> String {
+    let files = listing_order(dir)
+        .into_iter()
+        .map(|n| dir.join(n))
+        .collect();
+    python_exposition(python, files).text
+}
+
+/// The exporter's merged families once they equal `want` (the exporter sees
+/// a new run at its next scrape).
+fn serves(exporter: &Exporter, want: &str) -> String {
+    let mut last = String::new();
+    for _ in 0..200 {
+        last = exporter.metrics();
+        if merged_part(&last) == want {
+            return last;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("never served prometheus_client's merge:\nwant:\n{want}\nlast:\n{last}");
+}
+
+fn status(exporter: &Exporter) -> serde_json::Value {
+    serde_json::from_slice(&exporter.get("/api/v1/status").body).unwrap()
+}
+
+fn stale_paths(status: &serde_json::Value) -> Vec<String> {
+    status["last"]["stale_subdirectories"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no stale_subdirectories in {status:#}"))
+        .iter()
+        .map(|s| s["path"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// An SGLang-like run in a temporary subdirectory of `dir`, SIGKILLed, and
+/// a second run started after it: the first run's subdirectory and the
+/// second run.
+fn killed_and_restarted(python: &Path, dir: &Path) -> (PathBuf, Server) {
+    let first = Server::start(python, "sglang", 1, None, dir);
+    let old = first.written.clone();
+    first.kill();
+    (old, Server::start(python, "sglang", 2, None, dir))
+}
+
+/// `multiproc_exporter_scrape_stale_temporary_directories` of a scrape.
+fn stale_metric(body: &str) -> Option<f64> {
+    sample_value(
+        body,
+        "multiproc_exporter_scrape_stale_temporary_directories",
+    )
+}
+
+const ARGS: &[&str] = &["--writers.disable-process-metrics"];
+
+#[test]
+fn a_killed_sglang_run_is_left_out_and_reported_and_the_new_run_served_alone() {
+    let Some(python) = python() else { return };
+    for liveness in ["auto", "off"] {
+        let shared = tempfile::tempdir().unwrap();
+        let dir = shared.path();
+        let first = Server::start(&python, "sglang", 1, None, dir);
+        assert_eq!(
+            first.written.parent(),
+            Some(dir),
+            "a temporary subdirectory"
+        );
+        let dir_arg = dir.to_str().unwrap();
+        let exporter =
+            Exporter::start(&[ARGS, &["--dir", dir_arg, "--writers.liveness", liveness]].concat());
+        // The run is served with default flags, byte for byte as
+        // prometheus_client merges the subdirectory, without a label.
+        serves(&exporter, &python_merge_of(&python, &first.written));
+        let old = first.written.clone();
+        first.kill();
+        assert!(old.exists(), "SIGKILL leaves the run behind");
+
+        let second = Server::start(&python, "sglang", 2, None, dir);
+        assert_ne!(second.written, old);
+        let want = python_merge_of(&python, &second.written);
+        assert!(want.contains("sglang:prompt_tokens_total{engine_type=\"unified\",is_streaming=\"true\",model_name=\"qwen\"} 2000.0"), "{want}");
+        let body = serves(&exporter, &want);
+        // The endpoint picker's view: SGLang's three families, of this run.
+        let view = exporter.get("/metrics/endpoint-picker").text();
+        let declared: Vec<&str> = view
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .collect();
+        assert_eq!(
+            declared,
+            [
+                "sglang:num_queue_reqs gauge",
+                "sglang:num_running_reqs gauge",
+                "sglang:token_usage gauge"
+            ]
+            .iter()
+            .filter(|d| want.contains(&format!("# TYPE {d}\n")))
+            .copied()
+            .collect::<Vec<_>>(),
+            "{view}"
+        );
+        assert!(view.contains("sglang:token_usage{engine_type=\"unified\",model_name=\"qwen\",moe_ep_rank=\"0\",pp_rank=\"0\",tp_rank=\"1\"} 0.25\n"), "{view}");
+        // The old run: left out, reported on the API, the status page, the
+        // metric and one log line.
+        assert_eq!(stale_metric(&body), Some(1.0), "{liveness}");
+        let status = status(&exporter);
+        assert_eq!(stale_paths(&status), vec![old.display().to_string()]);
+        assert_eq!(
+            status["last"]["current_subdirectories"],
+            serde_json::json!([second.written.display().to_string()])
+        );
+        let page = exporter.get("/").text();
+        assert!(page.contains("stale_subdirectory"), "status page lists it");
+        assert!(page.contains(&old.display().to_string()));
+        exporter.sync_logs();
+        let lines = exporter.logs_with("Leaving out a temporary subdirectory left by an earlier run of the server (its values are not summed with the current run's); --dir.remove-stale-subdirectories removes such subdirectories.");
+        assert_eq!(lines.len(), 1, "{liveness}: {lines:#?}");
+        // Nothing is removed without the flag.
+        assert!(old.exists());
+        second.kill();
+    }
+}
+
+#[test]
+fn stale_runs_are_removed_only_with_the_flag_once_their_writers_exited() {
+    let Some(python) = python() else { return };
+    let shared = tempfile::tempdir().unwrap();
+    let dir = shared.path();
+    let (old, second) = killed_and_restarted(&python, dir);
+    let exporter = Exporter::start(
+        &[
+            ARGS,
+            &[
+                "--dir",
+                dir.to_str().unwrap(),
+                "--dir.remove-stale-subdirectories",
+            ],
+        ]
+        .concat(),
+    );
+    let body = serves(&exporter, &python_merge_of(&python, &second.written));
+    assert!(!old.exists(), "its writers were seen dead: removed");
+    assert_eq!(runs_in(dir), vec![second.written.clone()]);
+    assert_eq!(stale_metric(&body), Some(0.0));
+    exporter.sync_logs();
+    assert!(exporter
+        .find_log("Removed a temporary subdirectory left by an earlier run (--dir.remove-stale-subdirectories).")
+        .is_some());
+    second.kill();
+}
+
+#[test]
+fn a_cleanly_exited_tensorrt_llm_run_leaves_nothing_reported() {
+    let Some(python) = python() else { return };
+    let shared = tempfile::tempdir().unwrap();
+    let dir = shared.path();
+    let run = Server::start(&python, "trtllm", 1, None, dir);
+    let exporter = Exporter::start(&[ARGS, &["--dir", dir.to_str().unwrap()]].concat());
+    serves(&exporter, &python_merge_of(&python, &run.written));
+    run.stop();
+    assert!(runs_in(dir).is_empty(), "the TemporaryDirectory is removed");
+    let body = serves(&exporter, "");
+    assert_eq!(stale_metric(&body), Some(0.0));
+    assert!(stale_paths(&status(&exporter)).is_empty());
+}
+
+#[test]
+fn with_prometheus_multiproc_dir_set_sglang_writes_the_directory_itself_and_its_empty_subdirectory_is_ignored(
+) {
+    let Some(python) = python() else { return };
+    for pattern in ["sglang", "trtllm"] {
+        let shared = tempfile::tempdir().unwrap();
+        let dir = shared.path();
+        let tmp = tempfile::tempdir().unwrap();
+        let run = Server::start(&python, pattern, 1, Some(dir), tmp.path());
+        // SGLang's function leaves the variable pointing at the directory:
+        // the files are there, the temporary subdirectory stays empty.
+        assert_eq!(run.written, dir);
+        let empty = runs_in(dir);
+        assert_eq!(empty.len(), 1);
+        assert_eq!(std::fs::read_dir(&empty[0]).unwrap().count(), 0);
+        let exporter = Exporter::start(&[ARGS, &["--dir", dir.to_str().unwrap()]].concat());
+        let body = serves(&exporter, &python_merge_of(&python, dir));
+        assert_eq!(stale_metric(&body), Some(0.0));
+        assert!(exporter
+            .find_log("Metrics directory holds only subdirectories, no metric files: to serve one directory per pod (a DaemonSet), pass --dir.subdirectories-label NAME.")
+            .is_none());
+        run.kill();
+        // The killed run's empty subdirectory is left behind: nothing to
+        // report about it.
+        assert!(stale_paths(&status(&exporter)).is_empty());
+    }
+}
+
+#[test]
+fn dump_prints_the_current_run_and_names_the_stale_one() {
+    let Some(python) = python() else { return };
+    let shared = tempfile::tempdir().unwrap();
+    let dir = shared.path();
+    let (old, second) = killed_and_restarted(&python, dir);
+    let (code, stdout, stderr) = support::run_exporter(&[
+        "dump",
+        "--writers.disable-process-metrics",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        String::from_utf8(stdout).unwrap(),
+        python_merge_of(&python, &second.written)
+    );
+    assert!(
+        stderr.contains(&format!(
+            "left out {}: a temporary subdirectory of an earlier run",
+            old.display()
+        )),
+        "{stderr}"
+    );
+    second.kill();
+}
+
+#[test]
+fn the_status_page_charts_an_sglang_run() {
+    let Some(chromium) = crate::support::browser::chromium() else {
+        return;
+    };
+    let Some(python) = python() else { return };
+    let shared = tempfile::tempdir().unwrap();
+    let run = Server::start(&python, "sglang", 1, None, shared.path());
+    let exporter = Exporter::start(&["--dir", shared.path().to_str().unwrap()]);
+    let shot = crate::status_page::screenshot("status-page-sglang.png");
+    // The page polls every 2 s: 7 s are three collections at least.
+    let page = crate::support::browser::load(
+        &chromium,
+        &format!("{}/", exporter.base),
+        std::time::Duration::from_secs(7),
+        Some(&shot),
+    );
+    crate::status_page::assert_no_errors(&page);
+    assert!(
+        page.dom.contains("data-model=\"qwen\""),
+        "no model section: {}",
+        page.dom
+    );
+    // Running and queued requests, token usage, throughput, TTFT,
+    // inter-token latency and the cache hit rate: six charts, with points.
+    let points = crate::status_page::chart_points(&page);
+    assert_eq!(points.len(), 6, "{points:?}");
+    assert!(points[0] >= 3 && points[1] >= 3, "{points:?}");
+    assert!(points[2] >= 2, "{points:?}");
+    run.kill();
+}
