@@ -95,6 +95,10 @@ fn an_sglang_pods_temporary_subdirectory_is_labelled_by_its_pod_never_by_the_ran
         (lines.len() == 1 && lines[0].ends_with(" 2000.0")).then_some(text)
     });
     let stale = within("the old run reported stale", || {
+        // `/api/v1/status` shows the last collection: a scrape makes one
+        // (the scan that finds the old run's writers gone may come after
+        // the scrape that first served the new run alone).
+        exporter.metrics();
         let status: serde_json::Value =
             serde_json::from_slice(&exporter.get("/api/v1/status").body).ok()?;
         let part = status["last"]["parts"]
@@ -108,9 +112,10 @@ fn an_sglang_pods_temporary_subdirectory_is_labelled_by_its_pod_never_by_the_ran
             .any(|d| d["dir"] == old.to_str().unwrap() && d["state"] == "stale")
             .then_some(part)
     });
+    let now = exporter.metrics();
     assert!(
-        served.contains("multiproc_exporter_discovery_targets{state=\"stale\"} 1.0"),
-        "{stale}\n{served}"
+        now.contains("multiproc_exporter_discovery_targets{state=\"stale\"} 1.0"),
+        "{stale}\n{served}\n{now}"
     );
     // Stays so: never summed again.
     std::thread::sleep(std::time::Duration::from_secs(2));
