@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use multiproc_exporter::expose::encode::{encode, Escaping, Format};
-use multiproc_exporter::model::MetricFamily;
+use multiproc_exporter::model::{MetricFamily, MetricType};
 use multiproc_exporter::pipeline::{Collection, Collector};
 use multiproc_exporter::source::writers::{LivenessMode, WriterPolicy};
 use multiproc_exporter::source::Input;
@@ -134,9 +134,24 @@ fn collect<'py>(
     for family in &families {
         let mut samples = Vec::with_capacity(family.samples.len());
         for sample in &family.samples {
+            // prometheus_client's dicts: the labels sorted, then the label it
+            // appends (a bucket's `le`, an `all` gauge's `pid`).
+            let appended = match family.metric_type {
+                MetricType::Histogram if sample.name.ends_with("_bucket") => Some("le"),
+                MetricType::Gauge => Some("pid"),
+                _ => None,
+            };
             let labels = PyDict::new(py);
+            let mut last = None;
             for (name, value) in sample.labels.iter() {
-                labels.set_item(&**name, &**value)?;
+                if Some(&**name) == appended {
+                    last = Some(value);
+                } else {
+                    labels.set_item(&**name, &**value)?;
+                }
+            }
+            if let (Some(name), Some(value)) = (appended, last) {
+                labels.set_item(name, &**value)?;
             }
             samples.push((&*sample.name, labels, sample.value));
         }

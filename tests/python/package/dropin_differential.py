@@ -3,7 +3,8 @@ scenarios, written by the real prometheus_client) read through prometheus_client
 through multiproc_exporter's, through both entry points:
 
 * ``multiproc_exporter.MultiProcessCollector(registry, path)``: ``collect()`` yields Metric objects equal to
-  prometheus_client's, and prometheus_client's text and OpenMetrics ``generate_latest`` of a registry holding it
+  prometheus_client's (same names, types, help, samples in the same order, each label dict in the same order,
+  the same float values; see ``comparable``), and prometheus_client's text and OpenMetrics ``generate_latest`` of a registry holding it
   are the same bytes;
 * ``multiproc_exporter.generate_latest(path, openmetrics)``: the same bytes as prometheus_client's.
 
@@ -27,6 +28,16 @@ import multiproc_exporter  # noqa: E402
 from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
 from prometheus_client import multiprocess  # noqa: E402
 from prometheus_client.openmetrics import exposition as om  # noqa: E402
+
+
+def comparable(metrics):
+    """Metrics as plain values, stricter than ``Metric.__eq__``: NaN equals NaN (a float NaN is never equal to
+    itself, so prometheus_client's own Metrics of a NaN sample are unequal), -0.0 differs from 0.0, label order and
+    the value's type count."""
+    return [(m.name, m.documentation, m.type, m.unit,
+             [(s.name, list(s.labels.items()), type(s.value).__name__, repr(s.value), s.timestamp, s.exemplar,
+               s.native_histogram) for s in m.samples])
+            for m in metrics]
 
 
 def python_side(path):
@@ -72,7 +83,7 @@ def main():
         direct = (multiproc_exporter.generate_latest(files_dir),
                   multiproc_exporter.generate_latest(files_dir, openmetrics=True))
         problems = []
-        if actual[0] != expected[0]:
+        if comparable(actual[0]) != comparable(expected[0]):
             problems.append('collect() metrics differ')
         if actual[1] != expected[1]:
             problems.append('generate_latest (text) through the collector differs')
