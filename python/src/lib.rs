@@ -11,7 +11,7 @@
 //! [`multiproc_exporter::cli::main_from`].
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
@@ -62,18 +62,21 @@ struct DirectoryState {
     reported: HashSet<PathBuf>,
 }
 
+/// Files newly skipped by a collection: (path, reason).
+type Skipped = Vec<(String, String)>;
+
 type States = Mutex<HashMap<(PathBuf, Differences), Arc<Mutex<DirectoryState>>>>;
 
 /// One state per directory (and set of differences) for the whole process:
 /// applications create a new registry and collector on every request.
-fn state_of(path: &PathBuf, differences: Differences) -> Arc<Mutex<DirectoryState>> {
+fn state_of(path: &Path, differences: Differences) -> Arc<Mutex<DirectoryState>> {
     static STATES: OnceLock<States> = OnceLock::new();
     let mut states = STATES
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(PoisonError::into_inner);
     states
-        .entry((path.clone(), differences))
+        .entry((path.to_path_buf(), differences))
         .or_insert_with(|| {
             let mut collector = Collector::new();
             collector.set_writer_policy(differences.policy());
@@ -87,10 +90,7 @@ fn state_of(path: &PathBuf, differences: Differences) -> Arc<Mutex<DirectoryStat
 
 /// Collects `path` (no GIL needed) and returns the families with the skipped
 /// files not reported before (path, reason).
-fn collect_directory(
-    path: PathBuf,
-    differences: Differences,
-) -> (Vec<MetricFamily>, Vec<(String, String)>) {
+fn collect_directory(path: PathBuf, differences: Differences) -> (Vec<MetricFamily>, Skipped) {
     let state = state_of(&path, differences);
     let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
     let Collection {
@@ -123,7 +123,7 @@ fn collect<'py>(
     skip_dead_live_gauges: bool,
     drop_dead_gauges: bool,
     process_metrics: bool,
-) -> PyResult<(Bound<'py, PyList>, Vec<(String, String)>)> {
+) -> PyResult<(Bound<'py, PyList>, Skipped)> {
     let differences = Differences {
         skip_dead_live_gauges,
         drop_dead_gauges,
@@ -176,7 +176,7 @@ fn exposition<'py>(
     skip_dead_live_gauges: bool,
     drop_dead_gauges: bool,
     process_metrics: bool,
-) -> (Bound<'py, PyBytes>, Vec<(String, String)>) {
+) -> (Bound<'py, PyBytes>, Skipped) {
     let differences = Differences {
         skip_dead_live_gauges,
         drop_dead_gauges,
