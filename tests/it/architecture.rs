@@ -317,7 +317,13 @@ fn every_source_file_opens_with_a_doc_comment_and_stays_small() {
 /// collections and waited on them with condition variables of their own.
 #[test]
 fn the_http_layer_keeps_no_collection_state() {
-    let held = ["collect_since", "Condvar", "Coalescer", "Reusable", "Rechecks"];
+    let held = [
+        "collect_since",
+        "Condvar",
+        "Coalescer",
+        "Reusable",
+        "Rechecks",
+    ];
     let mut found = Vec::new();
     for (module, path) in src_files() {
         if module != "server" {
@@ -330,5 +336,8 @@ fn the_http_layer_keeps_no_collection_state() {
             }
         }
     }
-    assert!(found.is_empty(), "collection state in src/server/: {found:#?}");
+    assert!(
+        found.is_empty(),
+        "collection state in src/server/: {found:#?}"
+    );
 }
