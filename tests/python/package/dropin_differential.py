@@ -16,7 +16,6 @@ glob order) is regenerated. Last line: ``dropin differential: N passed, M failed
 
 import argparse
 import os
-import random
 import shutil
 import sys
 import tempfile
@@ -55,18 +54,8 @@ def ours(path):
 
 
 def scenario(seed, index, files_dir):
-    """Writes scenario (seed, index) into files_dir; returns prometheus_client's results."""
-    for attempt in range(50):
-        if os.path.isdir(files_dir):
-            shutil.rmtree(files_dir)
-        os.makedirs(files_dir)
-        rng = random.Random(f'{seed}:{index}:{attempt}')
-        try:
-            differential.write_scenario(rng, files_dir)
-            return python_side(files_dir)
-        except Exception:  # noqa: BLE001 -- the library refused this random input, or its merge raised
-            continue
-    raise RuntimeError(f'scenario {index}: prometheus_client raised on 50 attempts')
+    """Writes scenario (seed, index) into files_dir; returns prometheus_client's results (in glob order)."""
+    return differential.generate_until(seed, index, files_dir, lambda *_: python_side(files_dir))
 
 
 def main():
