@@ -56,7 +56,18 @@ pub enum Command {
 
 /// Runs the command line and returns the process exit code.
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    main_from(std::env::args_os())
+}
+
+/// Runs the command line `args` (the program's name first) and returns the
+/// exit code: the Python package's `multiproc-exporter` entry point, whose
+/// own arguments are not the process's.
+pub fn main_from<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };

@@ -376,6 +376,19 @@ def unified(expected, actual, name):
 
 def generate_ok(seed, index, files_dir):
     """Write scenario (seed, index), regenerating while Python raises. Returns (order, outputs, features, attempts)."""
+    def merged(rng, features, attempt):
+        order = H.listdir_db(files_dir)
+        rng.shuffle(order)
+        outs, err = H.try_merge_outputs([os.path.join(files_dir, n) for n in order])
+        if err is not None:
+            raise RuntimeError(err)
+        return order, outs, features, attempt
+    return generate_until(seed, index, files_dir, merged)
+
+
+def generate_until(seed, index, files_dir, accept):
+    """Write scenario (seed, index) into files_dir, regenerating (next attempt) while the writer or
+    ``accept(rng, features, attempt)`` raises; returns what ``accept`` returns."""
     for attempt in range(50):
         if os.path.isdir(files_dir):
             shutil.rmtree(files_dir)
@@ -386,11 +399,10 @@ def generate_ok(seed, index, files_dir):
         except Exception as e:  # noqa: BLE001 -- the library refused this random input (e.g. a name)
             err = f'writer: {type(e).__name__}: {e}'
             continue
-        order = H.listdir_db(files_dir)
-        rng.shuffle(order)
-        outs, err = H.try_merge_outputs([os.path.join(files_dir, n) for n in order])
-        if err is None:
-            return order, outs, features, attempt
+        try:
+            return accept(rng, features, attempt)
+        except Exception as e:  # noqa: BLE001 -- Python's merge raised on this scenario
+            err = f'{type(e).__name__}: {e}'
     raise RuntimeError(f'scenario {index}: Python raised on 50 attempts (last: {err})')
 
 
