@@ -427,6 +427,57 @@ fn one_path_in_two_mount_namespaces_is_two_label_sets() {
     drop((first, second));
 }
 
+/// One metrics directory path for sandboxes outside Kubernetes (each
+/// mounts its own `tmpfs` there), and a plain cgroup for their writers.
+struct SamePath {
+    /// Beside the other ordinary discovery tests.
+    _beside: std::sync::RwLockReadGuard<'static, ()>,
+    python: PathBuf,
+    cgroup: FakeCgroup,
+    _tmp: tempfile::TempDir,
+    metrics: PathBuf,
+    /// `metrics`, as text.
+    path: String,
+}
+
+/// A [`SamePath`] whose cgroup is named after `name`; `None` (skip) when
+/// not root, without Python, or when the cgroup cannot be made.
+fn same_path(name: &str) -> Option<SamePath> {
+    if !privileged() {
+        return None;
+    }
+    let beside = super::beside_others();
+    let python = python()?;
+    let cgroup = or_skip(plain_cgroup(&[format!("mpe-{}-{name}", hex(8))]))?;
+    let tmp = tempfile::tempdir().unwrap();
+    let metrics = tmp.path().join("metrics");
+    std::fs::create_dir_all(&metrics).unwrap();
+    let path = metrics.display().to_string();
+    Some(SamePath {
+        _beside: beside,
+        python,
+        cgroup,
+        _tmp: tmp,
+        metrics,
+        path,
+    })
+}
+
+/// The `app_requests_total` lines of the directories at `path` (with or
+/// without a suffix), sorted.
+fn requests_at(exporter: &Exporter, path: &str) -> Vec<String> {
+    let mut lines: Vec<String> = exporter
+        .metrics()
+        .lines()
+        .filter(|l| {
+            l.starts_with("app_requests_total{") && l.contains(&format!("directory=\"{path}"))
+        })
+        .map(str::to_owned)
+        .collect();
+    lines.sort();
+    lines
+}
+
 /// A directory's identity as the node agent's suffix shows it:
 /// `<device>:<inode>` (`stat -c %d:%i`).
 fn identity(path: &str) -> String {
@@ -442,19 +493,10 @@ fn identity(path: &str) -> String {
 /// suffix it was given, its own identity, for as long as it is discovered.
 #[test]
 fn two_same_path_directories_keep_their_labels_when_the_older_goes() {
-    if !privileged() {
-        return;
-    }
-    let _beside = super::beside_others();
-    let Some(python) = python() else { return };
-    let run = hex(8);
-    let Some(cgroup) = or_skip(plain_cgroup(&[format!("mpe-{run}-stable")])) else {
+    let Some(same) = same_path("stable") else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let metrics = tmp.path().join("metrics");
-    std::fs::create_dir_all(&metrics).unwrap();
-    let path = metrics.display().to_string();
+    let (python, cgroup, metrics, path) = (&same.python, &same.cgroup, &same.metrics, &same.path);
     let exporter = Exporter::start(&[
         "--discover.processes",
         "--discover.pod-log-dir",
@@ -464,26 +506,17 @@ fn two_same_path_directories_keep_their_labels_when_the_older_goes() {
         "--discover.linger",
         "1s",
     ]);
-    let lines = |exporter: &Exporter| -> Vec<String> {
-        exporter
-            .metrics()
-            .lines()
-            .filter(|l| {
-                l.starts_with("app_requests_total{") && l.contains(&format!("directory=\"{path}"))
-            })
-            .map(str::to_owned)
-            .collect()
-    };
+    let lines = |exporter: &Exporter| requests_at(exporter, path);
     // The older directory, found alone: its path as it is.
-    let older = Sandbox::start(&metrics, Some("mode=0755"));
-    let older_writer = Writer::start(&python, &older, &cgroup, &metrics);
+    let older = Sandbox::start(metrics, Some("mode=0755"));
+    let older_writer = Writer::start(python, &older, cgroup, metrics);
     wait_for("the older directory", || {
         (lines(&exporter).len() == 1).then_some(())
     });
     // The younger one, at the same path in another mount namespace: its
     // own inode after the path.
-    let younger = Sandbox::start(&metrics, Some("mode=0755"));
-    let younger_writer = Writer::start(&python, &younger, &cgroup, &metrics);
+    let younger = Sandbox::start(metrics, Some("mode=0755"));
+    let younger_writer = Writer::start(python, &younger, cgroup, metrics);
     let suffixed = format!(
         "directory=\"{path}#{}\"",
         identity(&format!("/proc/{}/root{path}", younger_writer.pid))
@@ -517,19 +550,10 @@ fn two_same_path_directories_keep_their_labels_when_the_older_goes() {
 /// when the two were found one after the other.
 #[test]
 fn two_same_path_directories_keep_their_labels_across_a_restart_of_the_agent() {
-    if !privileged() {
-        return;
-    }
-    let _beside = super::beside_others();
-    let Some(python) = python() else { return };
-    let run = hex(8);
-    let Some(cgroup) = or_skip(plain_cgroup(&[format!("mpe-{run}-restart")])) else {
+    let Some(same) = same_path("restart") else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let metrics = tmp.path().join("metrics");
-    std::fs::create_dir_all(&metrics).unwrap();
-    let path = metrics.display().to_string();
+    let (python, cgroup, metrics, path) = (&same.python, &same.cgroup, &same.metrics, &same.path);
     let args = [
         "--discover.processes",
         "--discover.pod-log-dir",
@@ -537,18 +561,7 @@ fn two_same_path_directories_keep_their_labels_across_a_restart_of_the_agent() {
         "--discover.interval",
         "1s",
     ];
-    let lines = |exporter: &Exporter| -> Vec<String> {
-        let mut lines: Vec<String> = exporter
-            .metrics()
-            .lines()
-            .filter(|l| {
-                l.starts_with("app_requests_total{") && l.contains(&format!("directory=\"{path}"))
-            })
-            .map(str::to_owned)
-            .collect();
-        lines.sort();
-        lines
-    };
+    let lines = |exporter: &Exporter| requests_at(exporter, path);
     let device = |pid: u32| {
         use std::os::unix::fs::MetadataExt;
         std::fs::metadata(format!("/proc/{pid}/root{path}"))
@@ -558,13 +571,13 @@ fn two_same_path_directories_keep_their_labels_across_a_restart_of_the_agent() {
     // A tmpfs mounted before the older directory's and gone before the
     // younger's is mounted: the younger takes its device number, lower
     // than the older's, so that their identities are not in their order.
-    let placeholder = Sandbox::start(&metrics, Some("mode=0755"));
-    let older = Sandbox::start(&metrics, Some("mode=0755"));
+    let placeholder = Sandbox::start(metrics, Some("mode=0755"));
+    let older = Sandbox::start(metrics, Some("mode=0755"));
     // Two writers in the older (6), one in the younger (3): a swap of
     // their labels shows in the values too.
     let older_writers = [
-        Writer::start(&python, &older, &cgroup, &metrics),
-        Writer::start(&python, &older, &cgroup, &metrics),
+        Writer::start(python, &older, cgroup, metrics),
+        Writer::start(python, &older, cgroup, metrics),
     ];
     let first = Exporter::start(&args);
     wait_for("the older directory", || {
@@ -576,8 +589,8 @@ fn two_same_path_directories_keep_their_labels_across_a_restart_of_the_agent() {
         (!namespace_alive(placeholder_ns)).then_some(())
     });
     std::thread::sleep(Duration::from_millis(100));
-    let younger = Sandbox::start(&metrics, Some("mode=0755"));
-    let younger_writer = Writer::start(&python, &younger, &cgroup, &metrics);
+    let younger = Sandbox::start(metrics, Some("mode=0755"));
+    let younger_writer = Writer::start(python, &younger, cgroup, metrics);
     eprintln!(
         "devices: older {}, younger {}",
         device(older_writers[0].pid),
@@ -614,36 +627,20 @@ fn two_same_path_directories_keep_their_labels_across_a_restart_of_the_agent() {
 /// inode.
 #[test]
 fn one_path_in_three_mount_namespaces_is_three_label_sets() {
-    if !privileged() {
-        return;
-    }
-    let _beside = super::beside_others();
-    let Some(python) = python() else { return };
-    let run = hex(8);
-    let Some(cgroup) = or_skip(plain_cgroup(&[format!("mpe-{run}-three")])) else {
+    let Some(same) = same_path("three") else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let metrics = tmp.path().join("metrics");
-    std::fs::create_dir_all(&metrics).unwrap();
+    let (python, cgroup, metrics, path) = (&same.python, &same.cgroup, &same.metrics, &same.path);
     let sandboxes: Vec<Sandbox> = (0..3)
-        .map(|_| Sandbox::start(&metrics, Some("mode=0755")))
+        .map(|_| Sandbox::start(metrics, Some("mode=0755")))
         .collect();
     let writers: Vec<Writer> = sandboxes
         .iter()
-        .map(|sandbox| Writer::start(&python, sandbox, &cgroup, &metrics))
+        .map(|sandbox| Writer::start(python, sandbox, cgroup, metrics))
         .collect();
-    let path = metrics.display().to_string();
     let exporter = Exporter::start(&["--discover.processes", "--discover.pod-log-dir", ""]);
     let lines = wait_for("three series", || {
-        let lines: Vec<String> = exporter
-            .metrics()
-            .lines()
-            .filter(|l| {
-                l.starts_with("app_requests_total{") && l.contains(&format!("directory=\"{path}"))
-            })
-            .map(str::to_owned)
-            .collect();
+        let lines = requests_at(&exporter, path);
         (lines.len() == 3 || lines.iter().any(|l| !l.ends_with(" 3.0"))).then_some(lines)
     });
     // Each its own writer's 3, never 6; two of them with their identities.
