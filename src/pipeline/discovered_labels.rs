@@ -21,11 +21,15 @@
 //!   one container) writing two directories are two label sets, never one
 //!   sum. When two directories would still get one label set (one path in
 //!   two mount namespaces, or a directory deleted and made anew at the same
-//!   path while the old one is kept), the one found later has `#<inode>`
-//!   (its own inode) after its path in [`DIRECTORY_LABEL`], and keeps it for
-//!   as long as it is discovered ([`Suffixed`]): when the older one goes, the
-//!   younger does not take over its labels, so two directories' series never
-//!   join (issue 40).
+//!   path while the old one is kept), the one found later (of two found at
+//!   once, the one made later: its birth time, where the file system keeps
+//!   it, so that a restart of the agent does not swap their labels) has
+//!   `#<device>:<inode>` (its own identity, as `stat -c %d:%i` prints it:
+//!   the inode alone is not enough, every `tmpfs`'s root being inode 1)
+//!   after its path in [`DIRECTORY_LABEL`], and keeps it for as long as it
+//!   is discovered ([`Suffixed`]): when the older one goes, the younger does
+//!   not take over its labels, so two directories' series never join
+//!   (issue 40).
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
@@ -33,7 +37,7 @@ use std::sync::Arc;
 use crate::model::Label;
 use crate::source::discover::{DirId, Target};
 
-/// The directories given `#<inode>` after their path, remembered for as
+/// The directories given `#<device>:<inode>` after their path, remembered for as
 /// long as they are discovered (their labels never change back to another
 /// directory's); one per discovering reader.
 #[derive(Debug, Default)]
@@ -112,7 +116,9 @@ pub fn label_targets<'a>(
     let targets: Vec<&Target> = targets.into_iter().collect();
     let present: HashSet<DirId> = targets.iter().map(|t| t.id()).collect();
     suffixed.0.retain(|id| present.contains(id));
-    // The one found first keeps its path alone, whatever the caller's order;
+    // The one found first keeps its path alone, whatever the caller's order
+    // (of those found at once, the one made first: not the order of the
+    // scan, so that a restart of the agent gives them the labels they had);
     // those told apart before keep their suffix, whatever has gone since.
     let mut by_age: Vec<usize> = (0..targets.len()).collect();
     by_age.sort_by_key(|&i| {
@@ -120,6 +126,8 @@ pub fn label_targets<'a>(
         (
             !suffixed.0.contains(&target.id()),
             target.first_seen(),
+            target.born().is_none(),
+            target.born(),
             target.id(),
         )
     });
@@ -131,11 +139,12 @@ pub fn label_targets<'a>(
         if target.pod().is_none()
             && (suffixed.0.contains(&target.id()) || !taken.insert(labels.clone()))
         {
-            let unique = format!("{}#{}", target.dir().display(), target.id().ino);
+            let DirId { dev, ino } = target.id();
+            let unique = format!("{}#{dev}:{ino}", target.dir().display());
             if let Some(last) = labels.last_mut() {
                 last.1 = unique.as_str().into();
             }
-            name = format!("{name}#{}", target.id().ino).into();
+            name = format!("{name}#{dev}:{ino}").into();
             taken.insert(labels.clone());
             suffixed.0.insert(target.id());
         }

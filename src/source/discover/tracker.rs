@@ -16,7 +16,7 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::pods::{PodIndex, PodLogs};
 use super::retain::{self, Decision, DirId, DropReason, KeptDir, PodState, Retention};
@@ -73,6 +73,7 @@ pub struct Target {
     pod: Option<PodRef>,
     decision: Decision,
     first_seen: Instant,
+    born: Option<SystemTime>,
     last_held: Instant,
     /// Let go by [`Discovery::release`]: never opened again.
     released: bool,
@@ -178,6 +179,16 @@ impl Target {
     /// When it was first discovered.
     pub fn first_seen(&self) -> Instant {
         self.first_seen
+    }
+
+    /// When the directory was made (its birth time, `statx`'s
+    /// `STATX_BTIME`, read when it was found), where the file system keeps
+    /// it: of two directories found at once that would get one label set,
+    /// the older keeps its path alone whatever the order they were found
+    /// in (`pipeline::discovered_labels`), so that their labels stay the
+    /// same across a restart of the agent.
+    pub fn born(&self) -> Option<SystemTime> {
+        self.born
     }
 
     /// When a holder was last seen.
@@ -377,6 +388,9 @@ impl Discovery {
         for (id, sightings) in seen {
             let target = self.targets.entry(id).or_insert_with(|| {
                 refresh.added.push(id);
+                let born = sightings
+                    .first()
+                    .and_then(|(_, path)| std::fs::metadata(path).and_then(|m| m.created()).ok());
                 Target {
                     id,
                     kept: None,
@@ -387,6 +401,7 @@ impl Discovery {
                     pod: None,
                     decision: Decision::Held,
                     first_seen: now,
+                    born,
                     last_held: now,
                     released: false,
                 }

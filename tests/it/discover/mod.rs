@@ -21,7 +21,8 @@
 //!
 //! `serve --discover.processes` end to end is [`serve`]'s, what an operator
 //! sees of it (status page, API, `dump`) and the labels outside Kubernetes
-//! [`status`]', and the capabilities it needs [`privileges`]'.
+//! [`status`]', and the capabilities it needs [`privileges`]'; a pod's read
+//! stuck in the kernel [`stuck`]'s.
 //!
 //! Skipped, with a notice, when not root, except under `CI=true`, where that
 //! is a failure.
@@ -31,6 +32,7 @@ mod hostile;
 mod privileges;
 mod serve;
 mod status;
+mod stuck;
 mod temporary;
 
 use std::io::{BufRead as _, BufReader};

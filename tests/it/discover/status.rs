@@ -427,26 +427,76 @@ fn one_path_in_two_mount_namespaces_is_two_label_sets() {
     drop((first, second));
 }
 
-/// Issue 40: outside Kubernetes the `#<inode>` suffix went to whichever of
-/// two same-path directories was found later, decided anew at every scan,
-/// so when the older one went, the younger one took over its labels (and
-/// two directories' series joined in Prometheus). Now a directory keeps the
-/// suffix it was given, its own inode, for as long as it is discovered.
-#[test]
-fn two_same_path_directories_keep_their_labels_when_the_older_goes() {
+/// One metrics directory path for sandboxes outside Kubernetes (each
+/// mounts its own `tmpfs` there), and a plain cgroup for their writers.
+struct SamePath {
+    /// Beside the other ordinary discovery tests.
+    _beside: std::sync::RwLockReadGuard<'static, ()>,
+    python: PathBuf,
+    cgroup: FakeCgroup,
+    _tmp: tempfile::TempDir,
+    metrics: PathBuf,
+    /// `metrics`, as text.
+    path: String,
+}
+
+/// A [`SamePath`] whose cgroup is named after `name`; `None` (skip) when
+/// not root, without Python, or when the cgroup cannot be made.
+fn same_path(name: &str) -> Option<SamePath> {
     if !privileged() {
-        return;
+        return None;
     }
-    let _beside = super::beside_others();
-    let Some(python) = python() else { return };
-    let run = hex(8);
-    let Some(cgroup) = or_skip(plain_cgroup(&[format!("mpe-{run}-stable")])) else {
-        return;
-    };
+    let beside = super::beside_others();
+    let python = python()?;
+    let cgroup = or_skip(plain_cgroup(&[format!("mpe-{}-{name}", hex(8))]))?;
     let tmp = tempfile::tempdir().unwrap();
     let metrics = tmp.path().join("metrics");
     std::fs::create_dir_all(&metrics).unwrap();
     let path = metrics.display().to_string();
+    Some(SamePath {
+        _beside: beside,
+        python,
+        cgroup,
+        _tmp: tmp,
+        metrics,
+        path,
+    })
+}
+
+/// The `app_requests_total` lines of the directories at `path` (with or
+/// without a suffix), sorted.
+fn requests_at(exporter: &Exporter, path: &str) -> Vec<String> {
+    let mut lines: Vec<String> = exporter
+        .metrics()
+        .lines()
+        .filter(|l| {
+            l.starts_with("app_requests_total{") && l.contains(&format!("directory=\"{path}"))
+        })
+        .map(str::to_owned)
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// A directory's identity as the node agent's suffix shows it:
+/// `<device>:<inode>` (`stat -c %d:%i`).
+fn identity(path: &str) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).unwrap();
+    format!("{}:{}", meta.dev(), meta.ino())
+}
+
+/// Issue 40: outside Kubernetes the `#<inode>` suffix went to whichever of
+/// two same-path directories was found later, decided anew at every scan,
+/// so when the older one went, the younger one took over its labels (and
+/// two directories' series joined in Prometheus). Now a directory keeps the
+/// suffix it was given, its own identity, for as long as it is discovered.
+#[test]
+fn two_same_path_directories_keep_their_labels_when_the_older_goes() {
+    let Some(same) = same_path("stable") else {
+        return;
+    };
+    let (python, cgroup, metrics, path) = (&same.python, &same.cgroup, &same.metrics, &same.path);
     let exporter = Exporter::start(&[
         "--discover.processes",
         "--discover.pod-log-dir",
@@ -456,33 +506,21 @@ fn two_same_path_directories_keep_their_labels_when_the_older_goes() {
         "--discover.linger",
         "1s",
     ]);
-    let lines = |exporter: &Exporter| -> Vec<String> {
-        exporter
-            .metrics()
-            .lines()
-            .filter(|l| {
-                l.starts_with("app_requests_total{") && l.contains(&format!("directory=\"{path}"))
-            })
-            .map(str::to_owned)
-            .collect()
-    };
+    let lines = |exporter: &Exporter| requests_at(exporter, path);
     // The older directory, found alone: its path as it is.
-    let older = Sandbox::start(&metrics, Some("mode=0755"));
-    let older_writer = Writer::start(&python, &older, &cgroup, &metrics);
+    let older = Sandbox::start(metrics, Some("mode=0755"));
+    let older_writer = Writer::start(python, &older, cgroup, metrics);
     wait_for("the older directory", || {
         (lines(&exporter).len() == 1).then_some(())
     });
     // The younger one, at the same path in another mount namespace: its
     // own inode after the path.
-    let younger = Sandbox::start(&metrics, Some("mode=0755"));
-    let younger_writer = Writer::start(&python, &younger, &cgroup, &metrics);
-    let inode = {
-        use std::os::unix::fs::MetadataExt;
-        std::fs::metadata(format!("/proc/{}/root{path}", younger_writer.pid))
-            .unwrap()
-            .ino()
-    };
-    let suffixed = format!("directory=\"{path}#{inode}\"");
+    let younger = Sandbox::start(metrics, Some("mode=0755"));
+    let younger_writer = Writer::start(python, &younger, cgroup, metrics);
+    let suffixed = format!(
+        "directory=\"{path}#{}\"",
+        identity(&format!("/proc/{}/root{path}", younger_writer.pid))
+    );
     let both = wait_for("two label sets", || {
         let both = lines(&exporter);
         (both.len() == 2).then_some(both)
@@ -502,4 +540,117 @@ fn two_same_path_directories_keep_their_labels_when_the_older_goes() {
     assert!(left[0].contains(&suffixed), "{left:?}");
     drop(younger_writer);
     drop(younger);
+}
+
+/// Issue 40: of two same-path directories found by one scan (the agent
+/// started, or restarted, after both), the one that kept its path alone was
+/// decided by their identities (device and inode), so a restart of the
+/// agent could swap the two directories' labels and join their series in
+/// Prometheus. Now the one made first (its birth time) keeps it, as it did
+/// when the two were found one after the other.
+#[test]
+fn two_same_path_directories_keep_their_labels_across_a_restart_of_the_agent() {
+    let Some(same) = same_path("restart") else {
+        return;
+    };
+    let (python, cgroup, metrics, path) = (&same.python, &same.cgroup, &same.metrics, &same.path);
+    let args = [
+        "--discover.processes",
+        "--discover.pod-log-dir",
+        "",
+        "--discover.interval",
+        "1s",
+    ];
+    let lines = |exporter: &Exporter| requests_at(exporter, path);
+    let device = |pid: u32| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(format!("/proc/{pid}/root{path}"))
+            .unwrap()
+            .dev()
+    };
+    // A tmpfs mounted before the older directory's and gone before the
+    // younger's is mounted: the younger takes its device number, lower
+    // than the older's, so that their identities are not in their order.
+    let placeholder = Sandbox::start(metrics, Some("mode=0755"));
+    let older = Sandbox::start(metrics, Some("mode=0755"));
+    // Two writers in the older (6), one in the younger (3): a swap of
+    // their labels shows in the values too.
+    let older_writers = [
+        Writer::start(python, &older, cgroup, metrics),
+        Writer::start(python, &older, cgroup, metrics),
+    ];
+    let first = Exporter::start(&args);
+    wait_for("the older directory", || {
+        (lines(&first).len() == 1).then_some(())
+    });
+    let placeholder_ns = placeholder.mount_ns();
+    drop(placeholder);
+    wait_for("the placeholder's namespace to go", || {
+        (!namespace_alive(placeholder_ns)).then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let younger = Sandbox::start(metrics, Some("mode=0755"));
+    let younger_writer = Writer::start(python, &younger, cgroup, metrics);
+    eprintln!(
+        "devices: older {}, younger {}",
+        device(older_writers[0].pid),
+        device(younger_writer.pid)
+    );
+    let before = wait_for("two label sets", || {
+        let both = lines(&first);
+        (both.len() == 2).then_some(both)
+    });
+    let suffixed = format!(
+        "directory=\"{path}#{}\"",
+        identity(&format!("/proc/{}/root{path}", younger_writer.pid))
+    );
+    let younger_line: Vec<&String> = before.iter().filter(|l| l.contains(&suffixed)).collect();
+    assert_eq!(younger_line.len(), 1, "{before:?}");
+    assert!(younger_line[0].ends_with(" 3.0"), "{before:?}");
+    // The agent restarts: one scan finds both, and gives them the labels
+    // they had.
+    drop(first);
+    let second = Exporter::start(&args);
+    let after = wait_for("two label sets after the restart", || {
+        let both = lines(&second);
+        (both.len() == 2).then_some(both)
+    });
+    assert_eq!(after, before);
+    drop((older_writers, younger_writer));
+    drop((older, younger));
+}
+
+/// Issue 40: the suffix telling same-path directories apart was the
+/// directory's inode alone, and every `tmpfs`'s root is inode 1: of three
+/// directories at one path in three mount namespaces, two got one label set
+/// and were served as one sum. The suffix is now the directory's device and
+/// inode.
+#[test]
+fn one_path_in_three_mount_namespaces_is_three_label_sets() {
+    let Some(same) = same_path("three") else {
+        return;
+    };
+    let (python, cgroup, metrics, path) = (&same.python, &same.cgroup, &same.metrics, &same.path);
+    let sandboxes: Vec<Sandbox> = (0..3)
+        .map(|_| Sandbox::start(metrics, Some("mode=0755")))
+        .collect();
+    let writers: Vec<Writer> = sandboxes
+        .iter()
+        .map(|sandbox| Writer::start(python, sandbox, cgroup, metrics))
+        .collect();
+    let exporter = Exporter::start(&["--discover.processes", "--discover.pod-log-dir", ""]);
+    let lines = wait_for("three series", || {
+        let lines = requests_at(&exporter, path);
+        (lines.len() == 3 || lines.iter().any(|l| !l.ends_with(" 3.0"))).then_some(lines)
+    });
+    // Each its own writer's 3, never 6; two of them with their identities.
+    assert!(lines.iter().all(|l| l.ends_with(" 3.0")), "{lines:?}");
+    let suffixes: Vec<String> = writers
+        .iter()
+        .map(|w| identity(&format!("/proc/{}/root{path}", w.pid)))
+        .filter(|id| lines.iter().any(|l| l.contains(&format!("{path}#{id}\""))))
+        .collect();
+    assert_eq!(suffixes.len(), 2, "{lines:?}");
+    drop(writers);
+    drop(sandboxes);
 }
