@@ -590,6 +590,7 @@ fn structured_config(choice: &StructuredConfig) -> Config {
         aliases: Default::default(),
         upstreams: Vec::new(),
         views: Default::default(),
+        endpoint_picker: Default::default(),
         vllm_aliases: choice.ray,
         // With Ray names, vLLM families get `ReplicaId` too.
         ray: RaySection {

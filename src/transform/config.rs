@@ -32,6 +32,7 @@ use serde::Deserialize;
 use crate::model::names::{is_legacy_label_name, is_legacy_metric_name};
 use crate::transform::aliases::VLLM_ALIASES;
 use crate::transform::ray_name;
+use crate::transform::fold::{Fold, FoldFunction, FoldRule};
 use crate::transform::view::{view_name_problem, View, ENDPOINT_PICKER};
 
 /// The configuration file as written: every key is optional, unknown keys are
@@ -104,8 +105,157 @@ pub struct ConfigFile {
     /// is served without configuration; a view of that name replaces it, and
     /// `endpoint-picker: []` turns it off. A name is one path segment
     /// (letters, digits, `-`, `_`, `.`). See [`crate::transform::views`].
+    /// A view is a list of families, or `{families: [...], fold: {...}}`
+    /// to fold labels away ([`FoldSection`]).
     #[serde(default)]
-    pub views: BTreeMap<String, Vec<String>>,
+    pub views: BTreeMap<String, ViewSection>,
+    /// The built-in view `endpoint-picker`'s settings.
+    #[serde(default)]
+    pub endpoint_picker: EndpointPickerSection,
+}
+
+/// The `endpoint_picker` section: the built-in view's settings.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EndpointPickerSection {
+    /// Fold vLLM's `engine` label away (default `true`): one series per
+    /// family and model for the whole pod, as
+    /// [`crate::transform::view::endpoint_picker_rules`] computes it
+    /// (queues summed, the KV-cache fraction weighted by each engine's
+    /// blocks). `false` serves the per-engine series exactly as `/metrics`
+    /// does.
+    #[serde(default = "default_true")]
+    pub fold: bool,
+}
+
+impl Default for EndpointPickerSection {
+    fn default() -> Self {
+        Self { fold: true }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// One entry of `views`: a list of families, or a map with `families` and
+/// `fold`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ViewSection {
+    /// The families, served as `/metrics` serves them.
+    Families(Vec<String>),
+    /// Families and how their labels are folded.
+    Folded(FoldedViewSection),
+}
+
+impl ViewSection {
+    fn families(&self) -> &[String] {
+        match self {
+            Self::Families(families) => families,
+            Self::Folded(section) => &section.families,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ViewSection {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = ViewSection;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list of families, or a map with `families` and `fold`")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<ViewSection, A::Error> {
+                Vec::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))
+                    .map(ViewSection::Families)
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<ViewSection, A::Error> {
+                FoldedViewSection::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(ViewSection::Folded)
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+/// A view with folded labels.
+///
+/// ```yaml
+/// views:
+///   epp:
+///     families: [vllm:num_requests_waiting, vllm:kv_cache_usage_perc, vllm:cache_config_info]
+///     fold:
+///       labels: [engine]
+///       rules:
+///         vllm:num_requests_waiting: sum
+///         vllm:kv_cache_usage_perc:
+///           weighted_mean: {family: vllm:cache_config_info, label: num_gpu_blocks}
+///         vllm:cache_config_info: {sum_labels: [num_gpu_blocks]}
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FoldedViewSection {
+    /// The families, as in the list form.
+    pub families: Vec<String>,
+    /// How labels are folded away; absent: not at all.
+    #[serde(default)]
+    pub fold: Option<FoldSection>,
+}
+
+/// A view's `fold` ([`crate::transform::fold`]).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FoldSection {
+    /// The labels folded away (legacy label names), e.g. `[engine]`.
+    pub labels: Vec<String>,
+    /// A function per family of the view (named as the view names it); a
+    /// family without one is served unchanged.
+    pub rules: BTreeMap<String, FoldFunctionSection>,
+}
+
+/// A fold function as written: `sum`, `max`, `min`, `mean`, or a map of
+/// one key, `weighted_mean`, `sum_labels` or `newest_union`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum FoldFunctionSection {
+    /// The sum of the series' values.
+    Sum,
+    /// The largest value.
+    Max,
+    /// The smallest value.
+    Min,
+    /// The mean.
+    Mean,
+    /// The mean weighted by another family (its label, or its value).
+    WeightedMean(WeightSection),
+    /// The largest value, these labels' values summed (info gauges).
+    SumLabels(Vec<String>),
+    /// The newest series' value, these labels' items united over the
+    /// newest series of every rank.
+    NewestUnion(NewestUnionSection),
+}
+
+/// `weighted_mean`'s parameters.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WeightSection {
+    /// The family the weights come from (named as `/metrics` names it).
+    pub family: String,
+    /// The label holding the weight; absent: the sample's value.
+    #[serde(default)]
+    pub label: Option<String>,
+}
+
+/// `newest_union`'s parameters.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewestUnionSection {
+    /// The labels of comma-separated items to unite.
+    pub labels: Vec<String>,
+    /// The family whose distinct values of the folded labels count the
+    /// ranks (1 without it).
+    #[serde(default)]
+    pub ranks: Option<String>,
 }
 
 /// One entry of `upstreams`.
@@ -249,7 +399,7 @@ impl Default for Config {
             labels: Vec::new(),
             aliases: Vec::new(),
             upstreams: Vec::new(),
-            views: vec![builtin_view(Naming::default())],
+            views: vec![builtin_view(Naming::default(), true)],
         }
     }
 }
@@ -508,7 +658,7 @@ impl Config {
             labels.push((Arc::from(name.as_str()), Arc::from(value)));
         }
         let upstreams = validate_upstreams(&file.upstreams, env)?;
-        let views = validate_views(&file.views, file.naming)?;
+        let views = validate_views(&file.views, file.naming, file.endpoint_picker.fold)?;
         Ok(Self {
             views,
             upstreams,
@@ -591,24 +741,30 @@ pub fn expand_env(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<St
     Ok(out)
 }
 
-/// The built-in view, named as `naming` names its families.
-pub(crate) fn builtin_view(naming: Naming) -> View {
-    crate::transform::view::endpoint_picker(|f| match naming {
-        Naming::Prometheus => Arc::from(f),
-        Naming::Ray => Arc::from(ray_name(f)),
-    })
+/// The built-in view, named as `naming` names its families, folding
+/// `engine` away if `fold`.
+pub(crate) fn builtin_view(naming: Naming, fold: bool) -> View {
+    crate::transform::view::endpoint_picker(
+        |f| match naming {
+            Naming::Prometheus => Arc::from(f),
+            Naming::Ray => Arc::from(ray_name(f)),
+        },
+        fold,
+    )
 }
 
 /// The validated `views`, the built-in one first unless replaced or off.
 fn validate_views(
-    sections: &BTreeMap<String, Vec<String>>,
+    sections: &BTreeMap<String, ViewSection>,
     naming: Naming,
+    builtin_fold: bool,
 ) -> Result<Vec<View>, ConfigError> {
     let mut views = Vec::with_capacity(sections.len() + 1);
     if !sections.contains_key(ENDPOINT_PICKER) {
-        views.push(builtin_view(naming));
+        views.push(builtin_view(naming, builtin_fold));
     }
-    for (name, families) in sections {
+    for (name, section) in sections {
+        let families = section.families();
         let invalid = |error: String| ConfigError::InvalidView {
             name: name.clone(),
             error,
@@ -629,14 +785,89 @@ fn validate_views(
                 "{bad:?} is not a metric name matching [a-zA-Z_:][a-zA-Z0-9_:]*"
             )));
         }
+        let fold = match section {
+            ViewSection::Folded(FoldedViewSection {
+                fold: Some(fold), ..
+            }) => Some(validate_fold(fold, families).map_err(invalid)?),
+            _ => None,
+        };
         views.push(View {
             name: Arc::from(name.as_str()),
             families: families.iter().map(|f| Arc::from(f.as_str())).collect(),
             builtin: false,
             matching: Default::default(),
+            fold,
         });
     }
     Ok(views)
+}
+
+/// A view's validated `fold`: legacy label and metric names, rules for
+/// families of the view only, no label both folded and merged.
+fn validate_fold(section: &FoldSection, families: &[String]) -> Result<Fold, String> {
+    let label = |name: &String| -> Result<Arc<str>, String> {
+        match label_name_problem(name) {
+            Some(reason) => Err(format!("invalid label name {name:?} in `fold`: {reason}")),
+            None => Ok(Arc::from(name.as_str())),
+        }
+    };
+    let metric = |name: &String| -> Result<Arc<str>, String> {
+        if is_legacy_metric_name(name) {
+            Ok(Arc::from(name.as_str()))
+        } else {
+            Err(format!(
+                "{name:?} in `fold` is not a metric name matching [a-zA-Z_:][a-zA-Z0-9_:]*"
+            ))
+        }
+    };
+    if section.labels.is_empty() {
+        return Err("`fold.labels` lists at least one label".to_owned());
+    }
+    let mut labels = section.labels.iter().map(label).collect::<Result<Vec<_>, _>>()?;
+    labels.sort_unstable();
+    labels.dedup();
+    let mut rules = Vec::with_capacity(section.rules.len());
+    for (family, function) in &section.rules {
+        if !families.contains(family) {
+            return Err(format!(
+                "`fold.rules` names {family:?}, which is not one of the view's families"
+            ));
+        }
+        let merged = |names: &[String]| -> Result<Vec<Arc<str>>, String> {
+            if names.is_empty() {
+                return Err(format!("the rule of {family:?} lists no label"));
+            }
+            let names = names.iter().map(label).collect::<Result<Vec<_>, _>>()?;
+            match names.iter().find(|n| labels.contains(n)) {
+                Some(n) => Err(format!(
+                    "the rule of {family:?} merges {n:?}, which `fold.labels` folds away"
+                )),
+                None => Ok(names),
+            }
+        };
+        let function = match function {
+            FoldFunctionSection::Sum => FoldFunction::Sum,
+            FoldFunctionSection::Max => FoldFunction::Max,
+            FoldFunctionSection::Min => FoldFunction::Min,
+            FoldFunctionSection::Mean => FoldFunction::Mean,
+            FoldFunctionSection::WeightedMean(weight) => FoldFunction::WeightedMean {
+                family: metric(&weight.family)?,
+                label: weight.label.as_ref().map(label).transpose()?,
+            },
+            FoldFunctionSection::SumLabels(names) => FoldFunction::SumLabels {
+                labels: merged(names)?,
+            },
+            FoldFunctionSection::NewestUnion(union) => FoldFunction::NewestUnion {
+                labels: merged(&union.labels)?,
+                ranks: union.ranks.as_ref().map(metric).transpose()?,
+            },
+        };
+        rules.push(FoldRule {
+            family: Arc::from(family.as_str()),
+            function,
+        });
+    }
+    Ok(Fold { labels, rules })
 }
 
 /// The validated `upstreams`.
@@ -891,7 +1122,7 @@ mod tests {
     #[test]
     fn views_are_validated_and_the_builtin_one_follows_the_naming() {
         let default = Config::from_yaml("").unwrap();
-        assert_eq!(default.views, vec![builtin_view(Naming::Prometheus)]);
+        assert_eq!(default.views, vec![builtin_view(Naming::Prometheus, true)]);
         assert_eq!(default, Config::default());
         let config =
             Config::from_yaml("naming: ray\nviews: {mine: [ray_vllm_num_requests_waiting]}\n")

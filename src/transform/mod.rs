@@ -33,6 +33,7 @@
 pub mod aliases;
 pub mod combine;
 pub mod config;
+pub mod fold;
 pub mod sources;
 pub mod view;
 pub mod views;

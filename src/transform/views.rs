@@ -38,7 +38,7 @@ const OWN_PREFIXES: [&str; 2] = ["multiproc_exporter_", "process_"];
 impl View {
     /// The built-in view, its families named as `naming` names them.
     pub fn endpoint_picker(naming: Naming) -> Self {
-        crate::transform::config::builtin_view(naming)
+        crate::transform::config::builtin_view(naming, true)
     }
 
     /// The view a `?name[]=` request asks for: the samples named `names`
@@ -49,6 +49,7 @@ impl View {
             families: names.iter().map(|n| Arc::from(n.as_str())).collect(),
             builtin: false,
             matching: Matching::Samples,
+            fold: None,
         }
     }
 
@@ -57,6 +58,17 @@ impl View {
         self.families
             .iter()
             .any(|name| **name == *family.name || declared_name_is(family, name))
+    }
+
+    /// The view's families of one collection (`families`, as `/metrics`
+    /// serves them): [`View::cut`], then [`View::fold`]'s labels folded
+    /// away ([`crate::transform::fold`]). What a view serves.
+    pub fn families_of(&self, families: &[MetricFamily]) -> Vec<MetricFamily> {
+        let cut = self.cut(families);
+        match &self.fold {
+            Some(fold) => fold.apply(cut, families),
+            None => cut,
+        }
     }
 
     /// The families of `families` (as `/metrics` serves them) that belong to
@@ -84,8 +96,12 @@ impl View {
     /// `config`: under its own name or an alias, renamed, with or without a
     /// counter's or info's suffix. Never false for a family of the view.
     pub fn source_filter(&self, config: &Config) -> SourceFilter {
+        let mut view = self.families.clone();
+        if let Some(fold) = &self.fold {
+            view.extend(fold.referenced_families().cloned());
+        }
         SourceFilter {
-            view: self.families.clone(),
+            view,
             naming: config.naming,
             aliases: config.aliases.clone(),
             matching: self.matching,
@@ -138,7 +154,7 @@ impl SourceFilter {
 }
 
 /// Whether the name the text format declares for `family` is `name`.
-fn declared_name_is(family: &MetricFamily, name: &str) -> bool {
+pub(crate) fn declared_name_is(family: &MetricFamily, name: &str) -> bool {
     let suffix = match family.metric_type {
         crate::model::MetricType::Counter => "_total",
         crate::model::MetricType::Info => "_info",
@@ -228,6 +244,7 @@ mod tests {
             families: vec!["ray_vllm_gpu_cache_usage_perc".into(), "ray_c_total".into()],
             builtin: false,
             matching: Matching::Families,
+            fold: None,
         };
         let filter = view.source_filter(&config);
         assert!(filter.keeps("vllm:kv_cache_usage_perc"));
