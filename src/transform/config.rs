@@ -31,8 +31,8 @@ use serde::Deserialize;
 
 use crate::model::names::{is_legacy_label_name, is_legacy_metric_name};
 use crate::transform::aliases::VLLM_ALIASES;
-use crate::transform::ray_name;
 use crate::transform::fold::{Fold, FoldFunction, FoldRule};
+use crate::transform::ray_name;
 use crate::transform::view::{view_name_problem, View, ENDPOINT_PICKER};
 
 /// The configuration file as written: every key is optional, unknown keys are
@@ -165,11 +165,17 @@ impl<'de> Deserialize<'de> for ViewSection {
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a list of families, or a map with `families` and `fold`")
             }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<ViewSection, A::Error> {
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                seq: A,
+            ) -> Result<ViewSection, A::Error> {
                 Vec::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))
                     .map(ViewSection::Families)
             }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<ViewSection, A::Error> {
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<ViewSection, A::Error> {
                 FoldedViewSection::deserialize(serde::de::value::MapAccessDeserializer::new(map))
                     .map(ViewSection::Folded)
             }
@@ -215,8 +221,7 @@ pub struct FoldSection {
 
 /// A fold function as written: `sum`, `max`, `min`, `mean`, or a map of
 /// one key, `weighted_mean`, `sum_labels` or `newest_union`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FoldFunctionSection {
     /// The sum of the series' values.
     Sum,
@@ -233,6 +238,61 @@ pub enum FoldFunctionSection {
     /// The newest series' value, these labels' items united over the
     /// newest series of every rank.
     NewestUnion(NewestUnionSection),
+}
+
+impl FoldFunctionSection {
+    const NAMES: &'static [&'static str] = &[
+        "sum",
+        "max",
+        "min",
+        "mean",
+        "weighted_mean",
+        "sum_labels",
+        "newest_union",
+    ];
+}
+
+impl<'de> Deserialize<'de> for FoldFunctionSection {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = FoldFunctionSection;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("sum, max, min, mean, or a map of one key: weighted_mean, sum_labels or newest_union")
+            }
+            fn visit_str<E: Error>(self, name: &str) -> Result<FoldFunctionSection, E> {
+                match name {
+                    "sum" => Ok(FoldFunctionSection::Sum),
+                    "max" => Ok(FoldFunctionSection::Max),
+                    "min" => Ok(FoldFunctionSection::Min),
+                    "mean" => Ok(FoldFunctionSection::Mean),
+                    _ => Err(E::unknown_variant(name, FoldFunctionSection::NAMES)),
+                }
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<FoldFunctionSection, A::Error> {
+                let Some(name) = map.next_key::<String>()? else {
+                    return Err(A::Error::custom("an empty map names no fold function"));
+                };
+                let function = match name.as_str() {
+                    "weighted_mean" => FoldFunctionSection::WeightedMean(map.next_value()?),
+                    "sum_labels" => FoldFunctionSection::SumLabels(map.next_value()?),
+                    "newest_union" => FoldFunctionSection::NewestUnion(map.next_value()?),
+                    _ => return Err(A::Error::unknown_variant(&name, FoldFunctionSection::NAMES)),
+                };
+                if let Some(more) = map.next_key::<String>()? {
+                    return Err(A::Error::custom(format!(
+                        "a fold function is a map of one key (`{more}` follows `{name}`)"
+                    )));
+                }
+                Ok(function)
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 /// `weighted_mean`'s parameters.
@@ -823,7 +883,11 @@ fn validate_fold(section: &FoldSection, families: &[String]) -> Result<Fold, Str
     if section.labels.is_empty() {
         return Err("`fold.labels` lists at least one label".to_owned());
     }
-    let mut labels = section.labels.iter().map(label).collect::<Result<Vec<_>, _>>()?;
+    let mut labels = section
+        .labels
+        .iter()
+        .map(label)
+        .collect::<Result<Vec<_>, _>>()?;
     labels.sort_unstable();
     labels.dedup();
     let mut rules = Vec::with_capacity(section.rules.len());
@@ -1152,6 +1216,93 @@ mod tests {
             let e = Config::from_yaml(text).unwrap_err().to_string();
             assert!(e.contains(wanted), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn a_view_folds_labels_with_a_rule_per_family() {
+        let config = Config::from_yaml(
+            r#"
+views:
+  epp:
+    families: [q, kv, cache, lora, other]
+    fold:
+      labels: [engine, engine]
+      rules:
+        q: sum
+        kv: {weighted_mean: {family: cache, label: num_gpu_blocks}}
+        cache: {sum_labels: [num_gpu_blocks]}
+        lora: {newest_union: {labels: [running_lora_adapters], ranks: cache}}
+        other: mean
+  plain: [q]
+"#,
+        )
+        .unwrap();
+        let epp = config.views.iter().find(|v| &*v.name == "epp").unwrap();
+        let fold = epp.fold.as_ref().unwrap();
+        assert_eq!(fold.labels, vec![Arc::<str>::from("engine")]);
+        let rule = |name: &str| {
+            fold.rules
+                .iter()
+                .find(|r| &*r.family == name)
+                .map(|r| r.function.clone())
+                .unwrap()
+        };
+        assert_eq!(rule("q"), FoldFunction::Sum);
+        assert_eq!(rule("other"), FoldFunction::Mean);
+        assert_eq!(
+            rule("kv"),
+            FoldFunction::WeightedMean {
+                family: "cache".into(),
+                label: Some("num_gpu_blocks".into())
+            }
+        );
+        assert_eq!(
+            rule("lora"),
+            FoldFunction::NewestUnion {
+                labels: vec!["running_lora_adapters".into()],
+                ranks: Some("cache".into())
+            }
+        );
+        let plain = config.views.iter().find(|v| &*v.name == "plain").unwrap();
+        assert!(plain.fold.is_none());
+        // The views' sources read the families the rules read.
+        let filter = epp.source_filter(&config);
+        assert!(filter.keeps("cache"));
+        for (text, wanted) in [
+            ("views: {v: {families: [q], fold: {labels: [], rules: {}}}}\n", "lists at least one label"),
+            ("views: {v: {families: [q], fold: {labels: [engine], rules: {x: sum}}}}\n", "not one of the view's families"),
+            ("views: {v: {families: [q], fold: {labels: [\"a b\"], rules: {}}}}\n", "invalid label name"),
+            ("views: {v: {families: [q], fold: {labels: [engine], rules: {q: {sum_labels: [engine]}}}}}\n", "which `fold.labels` folds away"),
+            ("views: {v: {families: [q], fold: {labels: [engine], rules: {q: median}}}}\n", "unknown variant `median`"),
+            ("views: {v: {families: [q], fold: {labels: [engine], rules: {q: {weighted_mean: {family: \"a b\"}}}}}}\n", "is not a metric name"),
+            ("views: {v: {families: [q], folds: {}}}\n", "unknown field `folds`"),
+            ("endpoint_picker: {fold: false, x: 1}\n", "unknown field `x`"),
+        ] {
+            let e = Config::from_yaml(text).unwrap_err().to_string();
+            assert!(e.contains(wanted), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_builtin_view_folds_engines_unless_switched_off() {
+        let folded = &Config::default().views[0];
+        let fold = folded.fold.as_ref().unwrap();
+        assert_eq!(fold.labels, vec![Arc::<str>::from("engine")]);
+        assert!(fold
+            .rules
+            .iter()
+            .any(|r| &*r.family == "vllm:num_requests_waiting" && r.function == FoldFunction::Sum));
+        let exact = Config::from_yaml("endpoint_picker: {fold: false}\n").unwrap();
+        assert!(exact.views[0].builtin && exact.views[0].fold.is_none());
+        assert_eq!(exact.views[0].families, folded.families);
+        // Renamed with the naming, the weights' family too.
+        let ray = Config::from_yaml("naming: ray\n").unwrap();
+        let rules = &ray.views[0].fold.as_ref().unwrap().rules;
+        assert!(rules.iter().any(|r| r.function
+            == FoldFunction::WeightedMean {
+                family: "ray_vllm_cache_config_info".into(),
+                label: Some("num_gpu_blocks".into())
+            }));
     }
 
     #[test]

@@ -202,9 +202,10 @@ impl Context<'_> {
             FoldFunction::Max => (extreme(values(), f64::max), Vec::new()),
             FoldFunction::Min => (extreme(values(), f64::min), Vec::new()),
             FoldFunction::Mean => (mean(members), Vec::new()),
-            FoldFunction::WeightedMean { family, label } => {
-                (self.weighted_mean(members, family, label.as_deref()), Vec::new())
-            }
+            FoldFunction::WeightedMean { family, label } => (
+                self.weighted_mean(members, family, label.as_deref()),
+                Vec::new(),
+            ),
             FoldFunction::SumLabels { labels } => (
                 extreme(values(), f64::max),
                 labels
@@ -263,7 +264,10 @@ impl Context<'_> {
                 .iter()
                 .find(|w| self.folded_values(w) == key)
                 .and_then(|w| match label {
-                    Some(label) => w.labels.get(label).and_then(|v| v.trim().parse::<f64>().ok()),
+                    Some(label) => w
+                        .labels
+                        .get(label)
+                        .and_then(|v| v.trim().parse::<f64>().ok()),
                     None => Some(w.value),
                 });
             match weight {
@@ -293,14 +297,23 @@ impl Context<'_> {
         seen.len().max(1)
     }
 
-    fn newest_union(&self, members: &[&Sample], labels: &[Arc<str>], ranks: Option<&str>) -> Sample {
+    fn newest_union(
+        &self,
+        members: &[&Sample],
+        labels: &[Arc<str>],
+        ranks: Option<&str>,
+    ) -> Sample {
         let newest_first = |list: &mut Vec<&Sample>| {
             list.sort_by(|a, b| order_key(b.value).total_cmp(&order_key(a.value)));
         };
         let mut with_items: Vec<&Sample> = members
             .iter()
             .copied()
-            .filter(|s| labels.iter().any(|l| s.labels.get(l).is_some_and(|v| !v.is_empty())))
+            .filter(|s| {
+                labels
+                    .iter()
+                    .any(|l| s.labels.get(l).is_some_and(|v| !v.is_empty()))
+            })
             .collect();
         if with_items.is_empty() {
             let mut all = members.to_vec();

@@ -41,8 +41,22 @@ fn blocks() -> MetricFamily {
     gauge(
         "cache",
         &[
-            (&[("engine", "0"), ("num_gpu_blocks", "1000"), ("block_size", "16")], 1.0),
-            (&[("engine", "1"), ("num_gpu_blocks", "3000"), ("block_size", "16")], 1.0),
+            (
+                &[
+                    ("engine", "0"),
+                    ("num_gpu_blocks", "1000"),
+                    ("block_size", "16"),
+                ],
+                1.0,
+            ),
+            (
+                &[
+                    ("engine", "1"),
+                    ("num_gpu_blocks", "3000"),
+                    ("block_size", "16"),
+                ],
+                1.0,
+            ),
         ],
     )
 }
@@ -188,7 +202,10 @@ fn lora_rule() -> Fold {
     fold(vec![(
         "lora",
         FoldFunction::NewestUnion {
-            labels: vec!["running_lora_adapters".into(), "waiting_lora_adapters".into()],
+            labels: vec![
+                "running_lora_adapters".into(),
+                "waiting_lora_adapters".into(),
+            ],
             ranks: Some("cache".into()),
         },
     )])
@@ -232,7 +249,10 @@ fn lora_with_one_rank_is_the_series_the_endpoint_picker_picks() {
 
 #[test]
 fn families_without_a_rule_and_views_without_fold_are_unchanged() {
-    let other = gauge("other", &[(&[("engine", "0")], 1.0), (&[("engine", "1")], 2.0)]);
+    let other = gauge(
+        "other",
+        &[(&[("engine", "0")], 1.0), (&[("engine", "1")], 2.0)],
+    );
     let out = fold(vec![("q", FoldFunction::Sum)]).apply(vec![other.clone()], &[]);
     assert_eq!(out, vec![other.clone()]);
     let none = Fold::default();
@@ -241,7 +261,10 @@ fn families_without_a_rule_and_views_without_fold_are_unchanged() {
 
 #[test]
 fn nan_propagates_through_every_function() {
-    let family = gauge("q", &[(&[("engine", "0")], f64::NAN), (&[("engine", "1")], 1.0)]);
+    let family = gauge(
+        "q",
+        &[(&[("engine", "0")], f64::NAN), (&[("engine", "1")], 1.0)],
+    );
     for function in [
         FoldFunction::Sum,
         FoldFunction::Max,
