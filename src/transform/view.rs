@@ -59,18 +59,9 @@ pub enum Matching {
 /// rank (`--data-parallel-size`), one series per engine.
 pub const ENDPOINT_PICKER_FOLDED_LABELS: [&str; 1] = ["engine"];
 
-/// The labels of `vllm:cache_config_info` the built-in view sums over the
-/// engines (the pod's blocks, tokens and bytes of KV cache).
-pub const CACHE_CONFIG_SUMMED_LABELS: [&str; 5] = [
-    "num_gpu_blocks",
-    "num_cpu_blocks",
-    "kv_cache_size_tokens",
-    "kv_cache_memory_bytes",
-    "kv_cache_max_concurrency",
-];
-
 /// The built-in view's fold rules, as `(family, function)` with vLLM's
-/// names (renamed by the configuration's `naming` when the view is made).
+/// names (the formulas: `docs/gateway-api-inference-extension.md`, "Data
+/// parallelism") (renamed by the configuration's `naming` when the view is made).
 /// To fold another family in the built-in view, add its rule here (and its
 /// folded label to [`ENDPOINT_PICKER_FOLDED_LABELS`]).
 pub fn endpoint_picker_rules() -> Vec<(&'static str, FoldFunction)> {
@@ -84,12 +75,10 @@ pub fn endpoint_picker_rules() -> Vec<(&'static str, FoldFunction)> {
         ("vllm:num_requests_running", FoldFunction::Sum),
         ("vllm:kv_cache_usage_perc", block_weighted()),
         ("vllm:gpu_cache_usage_perc", block_weighted()),
-        (
-            "vllm:cache_config_info",
-            FoldFunction::SumLabels {
-                labels: labels(&CACHE_CONFIG_SUMMED_LABELS),
-            },
-        ),
+        // vLLM's frontend writes the pod's blocks (the sum over its engines,
+        // `vllm/v1/engine/utils.py`: "Sum values from all engines in DP
+        // case") on every engine's series: without `engine` they are one.
+        ("vllm:cache_config_info", FoldFunction::Max),
         (
             "vllm:lora_requests_info",
             FoldFunction::NewestUnion {

@@ -82,7 +82,7 @@ const SCRAPERS: &[Scraper] = &[
 /// (offline: `GO111MODULE=off`, Debian's `/usr/share/gocode` on `GOPATH`).
 /// `None` (with a notice) when `go` is missing outside CI; under `CI=true`
 /// a missing `go` fails ([`tool`]), and so does a failed build anywhere.
-fn expfmt_check() -> Option<PathBuf> {
+pub(crate) fn expfmt_check() -> Option<PathBuf> {
     static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
     BUILT
         .get_or_init(|| {
