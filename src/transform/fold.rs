@@ -28,7 +28,6 @@ use std::sync::Arc;
 
 use crate::model::float::python_repr_string;
 use crate::model::{Label, Labels, MetricFamily, Sample};
-use crate::transform::views::declared_name_is;
 
 /// Labels folded away in a view, and how each family is folded.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
@@ -144,7 +143,7 @@ impl Fold {
     fn rule_for(&self, family: &MetricFamily) -> Option<&FoldRule> {
         self.rules
             .iter()
-            .find(|rule| *rule.family == *family.name || declared_name_is(family, &rule.family))
+            .find(|rule| *rule.family == *family.name || family.declares(&rule.family))
     }
 
     fn fold_family(
@@ -249,7 +248,7 @@ impl Context<'_> {
     fn family(&self, name: &str) -> Option<&MetricFamily> {
         self.all
             .iter()
-            .find(|f| *f.name == *name || declared_name_is(f, name))
+            .find(|f| *f.name == *name || f.declares(name))
     }
 
     fn weighted_mean(&self, members: &[&Sample], family: &str, label: Option<&str>) -> f64 {

@@ -34,6 +34,7 @@ pub mod aliases;
 pub mod combine;
 pub mod config;
 pub mod fold;
+pub mod fold_config;
 pub mod sources;
 pub mod view;
 pub mod views;

@@ -57,7 +57,7 @@ impl View {
     pub fn holds(&self, family: &MetricFamily) -> bool {
         self.families
             .iter()
-            .any(|name| **name == *family.name || declared_name_is(family, name))
+            .any(|name| **name == *family.name || family.declares(name))
     }
 
     /// The view's families of one collection (`families`, as `/metrics`
@@ -153,16 +153,6 @@ impl SourceFilter {
     }
 }
 
-/// Whether the name the text format declares for `family` is `name`.
-pub(crate) fn declared_name_is(family: &MetricFamily, name: &str) -> bool {
-    let suffix = match family.metric_type {
-        crate::model::MetricType::Counter => "_total",
-        crate::model::MetricType::Info => "_info",
-        _ => return false,
-    };
-    name.strip_prefix(&*family.name) == Some(suffix)
-}
-
 /// What a request's path is, given the telemetry path ([`view_of`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ViewPath<'a> {
@@ -253,6 +243,53 @@ mod tests {
         assert!(!filter.keeps("vllm:num_requests_waiting"));
         assert!(view.holds(&family("ray_c", MetricType::Counter)));
         assert!(!view.holds(&family("ray_c", MetricType::Gauge)));
+    }
+
+    #[test]
+    fn the_builtin_view_folds_engines_unless_switched_off() {
+        use crate::transform::fold::FoldFunction;
+        let folded = &Config::default().views[0];
+        let fold = folded.fold.as_ref().unwrap();
+        assert_eq!(fold.labels, vec![Arc::<str>::from("engine")]);
+        assert!(fold
+            .rules
+            .iter()
+            .any(|r| &*r.family == "vllm:num_requests_waiting" && r.function == FoldFunction::Sum));
+        let exact = Config::from_yaml("endpoint_picker: {fold: false}\n").unwrap();
+        assert!(exact.views[0].builtin && exact.views[0].fold.is_none());
+        assert_eq!(exact.views[0].families, folded.families);
+        let e = Config::from_yaml("endpoint_picker: {fold: false, x: 1}\n").unwrap_err();
+        assert!(e.to_string().contains("unknown field `x`"), "{e}");
+        // Renamed with the naming, the weights' family too.
+        let ray = Config::from_yaml("naming: ray\n").unwrap();
+        let rules = &ray.views[0].fold.as_ref().unwrap().rules;
+        assert!(rules
+            .iter()
+            .any(|r| &*r.family == "ray_vllm_kv_cache_usage_perc"
+                && r.function
+                    == FoldFunction::WeightedMean {
+                        family: "ray_vllm_cache_config_info".into(),
+                        label: Some("num_gpu_blocks".into())
+                    }));
+    }
+
+    #[test]
+    fn a_folded_views_source_reads_the_families_its_rules_read() {
+        let config = Config::from_yaml(
+            "views:\n  v:\n    families: [kv]\n    fold:\n      labels: [engine]\n      rules: {kv: {weighted_mean: {family: cache, label: n}}}\n",
+        )
+        .unwrap();
+        let view = config.views.iter().find(|v| &*v.name == "v").unwrap();
+        let filter = view.source_filter(&config);
+        assert!(filter.keeps("kv") && filter.keeps("cache"));
+        assert!(!filter.keeps("other"));
+        // The weights are read, not served.
+        let families = [
+            family("kv", MetricType::Gauge),
+            family("cache", MetricType::Gauge),
+        ];
+        let served = view.families_of(&families);
+        assert_eq!(served, vec![families[0].clone()]);
     }
 
     #[test]
