@@ -22,7 +22,7 @@ use std::process::Command;
 use serde_json::{json, Value};
 
 use crate::support::exposition::Exposition;
-use crate::support::{python, repo_root, run_python, Exporter, Launch};
+use crate::support::{dump, python, repo_root, run_python, Exporter, Launch};
 
 /// One vLLM API-server process's stat logger: the children of every engine,
 /// the CacheConfig info, then each recorded step `[engine, running,
@@ -261,6 +261,9 @@ fn the_endpoint_picker_view_serves_the_pods_values_computed_from_prometheus_clie
     assert_eq!(sorted(series(&view)), sorted(folded.clone()), "{view}");
     assert_eq!(folded.len(), 5, "{folded:?}");
     assert!(!view.contains("engine="), "{view}");
+    // `dump --view` prints what the view's path serves.
+    let dumped = dump(&["--view", "endpoint-picker", dir.to_str().unwrap()]);
+    assert_eq!(series(&String::from_utf8(dumped).unwrap()), series(&view));
     // The values the formulas give here, spelled out: 1 + 7 + 0 + 9 waiting
     // (engines 1 and 3 from the second API server), 3 + 6 + 0 + 4 running.
     let value = |name: &str| {
