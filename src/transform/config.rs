@@ -109,7 +109,7 @@ pub struct ConfigFile {
     /// `endpoint-picker: []` turns it off. A name is one path segment
     /// (letters, digits, `-`, `_`, `.`). See [`crate::transform::views`].
     /// A view is a list of families, or `{families: [...], fold: {...}}`
-    /// to fold labels away ([`FoldSection`]).
+    /// to fold labels away ([`crate::transform::fold_config::FoldSection`]).
     #[serde(default)]
     pub views: BTreeMap<String, ViewSection>,
     /// The built-in view `endpoint-picker`'s settings.
