@@ -470,6 +470,7 @@ pub fn merge_structured(data: &[u8]) {
     let transformed = transform::apply(&config, families);
     check_transformed(&config, &transformed.families);
     encode_all(&transformed.families);
+    check_fold(&transformed.families);
 
     if let Some(names) = &input.restrict_to {
         let names: Vec<String> = names.iter().map(|n| n.get().to_owned()).collect();
@@ -485,6 +486,78 @@ pub fn merge_structured(data: &[u8]) {
         }
         encode_all(&restricted);
     }
+}
+
+/// A view's fold (`transform::fold`) over every family: the first label of
+/// each family's first sample folded away, the functions in turn (the
+/// weights and ranks read from the next family). The folded families keep
+/// their order, lose the folded labels, never gain samples, and encode.
+fn check_fold(families: &[MetricFamily]) {
+    use multiproc_exporter::transform::fold::{Fold, FoldFunction, FoldRule};
+    use std::sync::Arc;
+    let mut labels: Vec<Arc<str>> = families
+        .iter()
+        .filter_map(|f| {
+            f.samples
+                .first()?
+                .labels
+                .iter()
+                .next()
+                .map(|(n, _)| n.clone())
+        })
+        .take(2)
+        .collect();
+    labels.sort_unstable();
+    labels.dedup();
+    let other_label = |f: &MetricFamily| -> Arc<str> {
+        f.samples
+            .iter()
+            .flat_map(|s| s.labels.iter().map(|(n, _)| n.clone()))
+            .find(|n| !labels.contains(n))
+            .unwrap_or_else(|| Arc::from("fuzz_merged"))
+    };
+    let rules: Vec<FoldRule> = families
+        .iter()
+        .enumerate()
+        .map(|(i, family)| {
+            let next: Arc<str> = families[(i + 1) % families.len()].name.clone();
+            let function = match i % 7 {
+                0 => FoldFunction::Sum,
+                1 => FoldFunction::Max,
+                2 => FoldFunction::Min,
+                3 => FoldFunction::Mean,
+                4 => FoldFunction::WeightedMean {
+                    family: next,
+                    label: Some(other_label(family)),
+                },
+                5 => FoldFunction::SumLabels {
+                    labels: vec![other_label(family)],
+                },
+                _ => FoldFunction::NewestUnion {
+                    labels: vec![other_label(family)],
+                    ranks: Some(next),
+                },
+            };
+            FoldRule {
+                family: family.name.clone(),
+                function,
+            }
+        })
+        .collect();
+    let fold = Fold { labels, rules };
+    let folded = fold.apply(families.to_vec(), families);
+    assert_eq!(folded.len(), families.len());
+    for (before, after) in families.iter().zip(&folded) {
+        assert_eq!(before.name, after.name);
+        assert!(after.samples.len() <= before.samples.len());
+        assert_eq!(after.samples.is_empty(), before.samples.is_empty());
+        for sample in &after.samples {
+            for label in &fold.labels {
+                assert!(sample.labels.get(label).is_none(), "{label} folded away");
+            }
+        }
+    }
+    encode_all(&folded);
 }
 
 /// The DaemonSet path (`--dir.subdirectories-label`): the files split into
@@ -590,6 +663,7 @@ fn structured_config(choice: &StructuredConfig) -> Config {
         aliases: Default::default(),
         upstreams: Vec::new(),
         views: Default::default(),
+        endpoint_picker: Default::default(),
         vllm_aliases: choice.ray,
         // With Ray names, vLLM families get `ReplicaId` too.
         ray: RaySection {

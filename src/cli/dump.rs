@@ -168,7 +168,7 @@ pub(crate) fn run(args: DumpFlags) -> ExitCode {
     };
     let (mut families, collisions) = pipeline::transform(&config, collection.families);
     if let Some(view) = &view {
-        families = view.cut(&families);
+        families = view.families_of(&families);
     }
     for c in &collisions {
         eprintln!(

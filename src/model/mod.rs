@@ -145,6 +145,17 @@ pub struct MetricFamily {
 }
 
 impl MetricFamily {
+    /// Whether the name the text format declares for the family is `name`:
+    /// `<name>_total` for a counter, `<name>_info` for an info metric.
+    pub fn declares(&self, name: &str) -> bool {
+        let suffix = match self.metric_type {
+            MetricType::Counter => "_total",
+            MetricType::Info => "_info",
+            _ => return false,
+        };
+        name.strip_prefix(&*self.name) == Some(suffix)
+    }
+
     /// Keeps only samples whose name is in `names`, as prometheus_client's
     /// `Metric._restricted_metric` does for `?name[]=`; `None` if none remain.
     pub fn restricted<S: AsRef<str>>(&self, names: &[S]) -> Option<MetricFamily> {

@@ -41,3 +41,19 @@ pub fn is_legacy_label_name(name: &str) -> bool {
             .all(|(i, b)| is_legacy_label_rune(char::from(b), i))
         && !body.starts_with("__")
 }
+
+/// Why `name` cannot be a constant label name, if it cannot.
+pub fn label_name_problem(name: &str) -> Option<&'static str> {
+    if name.starts_with("__") {
+        return Some("names starting with `__` are reserved");
+    }
+    if name.ends_with('\n') || !is_legacy_label_name(name) {
+        return Some("must match [a-zA-Z_][a-zA-Z0-9_]*");
+    }
+    if name == "le" || name == "quantile" {
+        return Some(
+            "`le` and `quantile` are reserved for histogram buckets and summary quantiles",
+        );
+    }
+    None
+}

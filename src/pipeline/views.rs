@@ -130,7 +130,7 @@ impl ViewKey {
 /// families of a view's source, or of `/metrics`, after the configuration's
 /// transform), the view's, in their order. Encoding follows.
 pub fn view_families(view: &View, transformed: &[MetricFamily]) -> Vec<MetricFamily> {
-    view.cut(transformed)
+    view.families_of(transformed)
 }
 
 /// A view's families from one collection.

@@ -29,8 +29,12 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use crate::model::names::{is_legacy_label_name, is_legacy_metric_name};
+use crate::model::names::is_legacy_metric_name;
+pub(crate) use crate::model::names::label_name_problem;
 use crate::transform::aliases::VLLM_ALIASES;
+use crate::transform::fold_config::{
+    validate_fold, EndpointPickerSection, FoldedViewSection, ViewSection,
+};
 use crate::transform::ray_name;
 use crate::transform::view::{view_name_problem, View, ENDPOINT_PICKER};
 
@@ -104,8 +108,13 @@ pub struct ConfigFile {
     /// is served without configuration; a view of that name replaces it, and
     /// `endpoint-picker: []` turns it off. A name is one path segment
     /// (letters, digits, `-`, `_`, `.`). See [`crate::transform::views`].
+    /// A view is a list of families, or `{families: [...], fold: {...}}`
+    /// to fold labels away ([`crate::transform::fold_config::FoldSection`]).
     #[serde(default)]
-    pub views: BTreeMap<String, Vec<String>>,
+    pub views: BTreeMap<String, ViewSection>,
+    /// The built-in view `endpoint-picker`'s settings.
+    #[serde(default)]
+    pub endpoint_picker: EndpointPickerSection,
 }
 
 /// One entry of `upstreams`.
@@ -249,7 +258,7 @@ impl Default for Config {
             labels: Vec::new(),
             aliases: Vec::new(),
             upstreams: Vec::new(),
-            views: vec![builtin_view(Naming::default())],
+            views: vec![builtin_view(Naming::default(), true)],
         }
     }
 }
@@ -508,7 +517,7 @@ impl Config {
             labels.push((Arc::from(name.as_str()), Arc::from(value)));
         }
         let upstreams = validate_upstreams(&file.upstreams, env)?;
-        let views = validate_views(&file.views, file.naming)?;
+        let views = validate_views(&file.views, file.naming, file.endpoint_picker.fold)?;
         Ok(Self {
             views,
             upstreams,
@@ -591,24 +600,30 @@ pub fn expand_env(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<St
     Ok(out)
 }
 
-/// The built-in view, named as `naming` names its families.
-pub(crate) fn builtin_view(naming: Naming) -> View {
-    crate::transform::view::endpoint_picker(|f| match naming {
-        Naming::Prometheus => Arc::from(f),
-        Naming::Ray => Arc::from(ray_name(f)),
-    })
+/// The built-in view, named as `naming` names its families, folding
+/// `engine` away if `fold`.
+pub(crate) fn builtin_view(naming: Naming, fold: bool) -> View {
+    crate::transform::view::endpoint_picker(
+        |f| match naming {
+            Naming::Prometheus => Arc::from(f),
+            Naming::Ray => Arc::from(ray_name(f)),
+        },
+        fold,
+    )
 }
 
 /// The validated `views`, the built-in one first unless replaced or off.
 fn validate_views(
-    sections: &BTreeMap<String, Vec<String>>,
+    sections: &BTreeMap<String, ViewSection>,
     naming: Naming,
+    builtin_fold: bool,
 ) -> Result<Vec<View>, ConfigError> {
     let mut views = Vec::with_capacity(sections.len() + 1);
     if !sections.contains_key(ENDPOINT_PICKER) {
-        views.push(builtin_view(naming));
+        views.push(builtin_view(naming, builtin_fold));
     }
-    for (name, families) in sections {
+    for (name, section) in sections {
+        let families = section.families();
         let invalid = |error: String| ConfigError::InvalidView {
             name: name.clone(),
             error,
@@ -629,11 +644,18 @@ fn validate_views(
                 "{bad:?} is not a metric name matching [a-zA-Z_:][a-zA-Z0-9_:]*"
             )));
         }
+        let fold = match section {
+            ViewSection::Folded(FoldedViewSection {
+                fold: Some(fold), ..
+            }) => Some(validate_fold(fold, families).map_err(invalid)?),
+            _ => None,
+        };
         views.push(View {
             name: Arc::from(name.as_str()),
             families: families.iter().map(|f| Arc::from(f.as_str())).collect(),
             builtin: false,
             matching: Default::default(),
+            fold,
         });
     }
     Ok(views)
@@ -702,22 +724,6 @@ fn validate_upstreams(
         });
     }
     Ok(upstreams)
-}
-
-/// Why `name` cannot be a constant label name, if it cannot.
-pub(crate) fn label_name_problem(name: &str) -> Option<&'static str> {
-    if name.starts_with("__") {
-        return Some("names starting with `__` are reserved");
-    }
-    if name.ends_with('\n') || !is_legacy_label_name(name) {
-        return Some("must match [a-zA-Z_][a-zA-Z0-9_]*");
-    }
-    if name == "le" || name == "quantile" {
-        return Some(
-            "`le` and `quantile` are reserved for histogram buckets and summary quantiles",
-        );
-    }
-    None
 }
 
 #[cfg(test)]
@@ -891,7 +897,7 @@ mod tests {
     #[test]
     fn views_are_validated_and_the_builtin_one_follows_the_naming() {
         let default = Config::from_yaml("").unwrap();
-        assert_eq!(default.views, vec![builtin_view(Naming::Prometheus)]);
+        assert_eq!(default.views, vec![builtin_view(Naming::Prometheus, true)]);
         assert_eq!(default, Config::default());
         let config =
             Config::from_yaml("naming: ray\nviews: {mine: [ray_vllm_num_requests_waiting]}\n")

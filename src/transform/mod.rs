@@ -33,6 +33,8 @@
 pub mod aliases;
 pub mod combine;
 pub mod config;
+pub mod fold;
+pub mod fold_config;
 pub mod sources;
 pub mod view;
 pub mod views;

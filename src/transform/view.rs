@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+use crate::transform::fold::{Fold, FoldFunction, FoldRule};
+
 /// The name (and path segment) of the built-in view.
 pub const ENDPOINT_PICKER: &str = "endpoint-picker";
 
@@ -42,6 +44,9 @@ pub struct View {
     /// What its names match: families (a configured view), or sample
     /// names (a `?name[]=` request, [`View::of_sample_names`]).
     pub matching: Matching,
+    /// The labels it folds away and how ([`crate::transform::fold`]);
+    /// `None`: its families as `/metrics` serves them.
+    pub fold: Option<Fold>,
 }
 
 /// What a [`View`]'s names match.
@@ -56,14 +61,79 @@ pub enum Matching {
     Samples,
 }
 
+/// The label the built-in view folds away by default: vLLM's data-parallel
+/// rank (`--data-parallel-size`), one series per engine.
+pub const ENDPOINT_PICKER_FOLDED_LABELS: [&str; 1] = ["engine"];
+
+/// The built-in view's fold rules, as `(family, function)` with vLLM's
+/// names (the formulas: `docs/gateway-api-inference-extension.md`, "Data
+/// parallelism") (renamed by the configuration's `naming` when the view is made).
+/// To fold another family in the built-in view, add its rule here (and its
+/// folded label to [`ENDPOINT_PICKER_FOLDED_LABELS`]).
+pub fn endpoint_picker_rules() -> Vec<(&'static str, FoldFunction)> {
+    let labels = |names: &[&str]| names.iter().map(|n| Arc::from(*n)).collect::<Vec<_>>();
+    let block_weighted = || FoldFunction::WeightedMean {
+        family: "vllm:cache_config_info".into(),
+        label: Some("num_gpu_blocks".into()),
+    };
+    vec![
+        ("vllm:num_requests_waiting", FoldFunction::Sum),
+        ("vllm:num_requests_running", FoldFunction::Sum),
+        ("vllm:kv_cache_usage_perc", block_weighted()),
+        ("vllm:gpu_cache_usage_perc", block_weighted()),
+        // vLLM's frontend writes the pod's blocks (the sum over its engines,
+        // `vllm/v1/engine/utils.py`: "Sum values from all engines in DP
+        // case") on every engine's series: without `engine` they are one.
+        ("vllm:cache_config_info", FoldFunction::Max),
+        (
+            "vllm:lora_requests_info",
+            FoldFunction::NewestUnion {
+                labels: labels(&["running_lora_adapters", "waiting_lora_adapters"]),
+                ranks: Some("vllm:cache_config_info".into()),
+            },
+        ),
+    ]
+}
+
 /// The built-in view, its families named by `rename` (the configuration's
-/// `naming`).
-pub fn endpoint_picker(rename: impl Fn(&str) -> Arc<str>) -> View {
+/// `naming`); with `fold`, folding `engine` away by
+/// [`endpoint_picker_rules`].
+pub fn endpoint_picker(rename: impl Fn(&str) -> Arc<str>, fold: bool) -> View {
+    let fold = fold.then(|| {
+        let rename_function = |function: FoldFunction| match function {
+            FoldFunction::WeightedMean { family, label } => FoldFunction::WeightedMean {
+                family: rename(&family),
+                label,
+            },
+            FoldFunction::NewestUnion { labels, ranks } => FoldFunction::NewestUnion {
+                labels,
+                ranks: ranks.map(|r| rename(&r)),
+            },
+            other => other,
+        };
+        let mut labels: Vec<Arc<str>> = ENDPOINT_PICKER_FOLDED_LABELS
+            .iter()
+            .map(|l| Arc::from(*l))
+            .collect();
+        labels.sort_unstable();
+        labels.dedup();
+        Fold {
+            labels,
+            rules: endpoint_picker_rules()
+                .into_iter()
+                .map(|(family, function)| FoldRule {
+                    family: rename(family),
+                    function: rename_function(function),
+                })
+                .collect(),
+        }
+    });
     View {
         name: ENDPOINT_PICKER.into(),
         families: ENDPOINT_PICKER_FAMILIES.iter().map(|f| rename(f)).collect(),
         builtin: true,
         matching: Matching::Families,
+        fold,
     }
 }
 

@@ -38,7 +38,7 @@ const OWN_PREFIXES: [&str; 2] = ["multiproc_exporter_", "process_"];
 impl View {
     /// The built-in view, its families named as `naming` names them.
     pub fn endpoint_picker(naming: Naming) -> Self {
-        crate::transform::config::builtin_view(naming)
+        crate::transform::config::builtin_view(naming, true)
     }
 
     /// The view a `?name[]=` request asks for: the samples named `names`
@@ -49,6 +49,7 @@ impl View {
             families: names.iter().map(|n| Arc::from(n.as_str())).collect(),
             builtin: false,
             matching: Matching::Samples,
+            fold: None,
         }
     }
 
@@ -56,7 +57,18 @@ impl View {
     pub fn holds(&self, family: &MetricFamily) -> bool {
         self.families
             .iter()
-            .any(|name| **name == *family.name || declared_name_is(family, name))
+            .any(|name| **name == *family.name || family.declares(name))
+    }
+
+    /// The view's families of one collection (`families`, as `/metrics`
+    /// serves them): [`View::cut`], then [`View::fold`]'s labels folded
+    /// away ([`crate::transform::fold`]). What a view serves.
+    pub fn families_of(&self, families: &[MetricFamily]) -> Vec<MetricFamily> {
+        let cut = self.cut(families);
+        match &self.fold {
+            Some(fold) => fold.apply(cut, families),
+            None => cut,
+        }
     }
 
     /// The families of `families` (as `/metrics` serves them) that belong to
@@ -84,8 +96,12 @@ impl View {
     /// `config`: under its own name or an alias, renamed, with or without a
     /// counter's or info's suffix. Never false for a family of the view.
     pub fn source_filter(&self, config: &Config) -> SourceFilter {
+        let mut view = self.families.clone();
+        if let Some(fold) = &self.fold {
+            view.extend(fold.referenced_families().cloned());
+        }
         SourceFilter {
-            view: self.families.clone(),
+            view,
             naming: config.naming,
             aliases: config.aliases.clone(),
             matching: self.matching,
@@ -135,16 +151,6 @@ impl SourceFilter {
         }
         false
     }
-}
-
-/// Whether the name the text format declares for `family` is `name`.
-fn declared_name_is(family: &MetricFamily, name: &str) -> bool {
-    let suffix = match family.metric_type {
-        crate::model::MetricType::Counter => "_total",
-        crate::model::MetricType::Info => "_info",
-        _ => return false,
-    };
-    name.strip_prefix(&*family.name) == Some(suffix)
 }
 
 /// What a request's path is, given the telemetry path ([`view_of`]).
@@ -232,6 +238,7 @@ mod tests {
             families: vec!["ray_vllm_gpu_cache_usage_perc".into(), "ray_c_total".into()],
             builtin: false,
             matching: Matching::Families,
+            fold: None,
         };
         let filter = view.source_filter(&config);
         assert!(filter.keeps("vllm:kv_cache_usage_perc"));
@@ -240,6 +247,53 @@ mod tests {
         assert!(!filter.keeps("vllm:num_requests_waiting"));
         assert!(view.holds(&family("ray_c", MetricType::Counter)));
         assert!(!view.holds(&family("ray_c", MetricType::Gauge)));
+    }
+
+    #[test]
+    fn the_builtin_view_folds_engines_unless_switched_off() {
+        use crate::transform::fold::FoldFunction;
+        let folded = &Config::default().views[0];
+        let fold = folded.fold.as_ref().unwrap();
+        assert_eq!(fold.labels, vec![Arc::<str>::from("engine")]);
+        assert!(fold
+            .rules
+            .iter()
+            .any(|r| &*r.family == "vllm:num_requests_waiting" && r.function == FoldFunction::Sum));
+        let exact = Config::from_yaml("endpoint_picker: {fold: false}\n").unwrap();
+        assert!(exact.views[0].builtin && exact.views[0].fold.is_none());
+        assert_eq!(exact.views[0].families, folded.families);
+        let e = Config::from_yaml("endpoint_picker: {fold: false, x: 1}\n").unwrap_err();
+        assert!(e.to_string().contains("unknown field `x`"), "{e}");
+        // Renamed with the naming, the weights' family too.
+        let ray = Config::from_yaml("naming: ray\n").unwrap();
+        let rules = &ray.views[0].fold.as_ref().unwrap().rules;
+        assert!(rules
+            .iter()
+            .any(|r| &*r.family == "ray_vllm_kv_cache_usage_perc"
+                && r.function
+                    == FoldFunction::WeightedMean {
+                        family: "ray_vllm_cache_config_info".into(),
+                        label: Some("num_gpu_blocks".into())
+                    }));
+    }
+
+    #[test]
+    fn a_folded_views_source_reads_the_families_its_rules_read() {
+        let config = Config::from_yaml(
+            "views:\n  v:\n    families: [kv]\n    fold:\n      labels: [engine]\n      rules: {kv: {weighted_mean: {family: cache, label: n}}}\n",
+        )
+        .unwrap();
+        let view = config.views.iter().find(|v| &*v.name == "v").unwrap();
+        let filter = view.source_filter(&config);
+        assert!(filter.keeps("kv") && filter.keeps("cache"));
+        assert!(!filter.keeps("other"));
+        // The weights are read, not served.
+        let families = [
+            family("kv", MetricType::Gauge),
+            family("cache", MetricType::Gauge),
+        ];
+        let served = view.families_of(&families);
+        assert_eq!(served, vec![families[0].clone()]);
     }
 
     #[test]

@@ -40,6 +40,7 @@ mod upstreams;
 mod web_config;
 
 // The demo, deployment, rules and dashboards with a real Prometheus.
+mod data_parallel;
 mod demo;
 mod deploy_prometheus;
 mod first_hour;

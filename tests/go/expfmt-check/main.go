@@ -73,10 +73,18 @@ type Family struct {
 	// sample with the newest timestamp, and with no timestamps in the body
 	// that is the first sample.
 	FirstValue float64 `json:"first_value"`
+	// The value and labels of the sample EPP's getLatestMetric picks (the
+	// llm-d router's pkg/epp/framework/plugins/datalayer/extractor/metrics/
+	// spec.go): the newest timestamp, and without timestamps the first
+	// sample.
+	EppValue  float64           `json:"epp_value"`
+	EppLabels map[string]string `json:"epp_labels"`
 	// For vllm:lora_requests_info: the labels of the sample EPP's
 	// getLatestLoraMetric picks (the largest value among the samples with
-	// running_lora_adapters or waiting_lora_adapters set), if any.
+	// running_lora_adapters or waiting_lora_adapters set), if any, and its
+	// value.
 	LatestLoraLabels map[string]string `json:"latest_lora_labels,omitempty"`
+	LatestLoraValue  float64           `json:"latest_lora_value,omitempty"`
 }
 
 // Report is the program's output.
@@ -229,6 +237,16 @@ func describe(family *dto.MetricFamily) *Family {
 	sort.Strings(f.LabelNames)
 	if f.Samples > 0 {
 		f.FirstValue = value(family.GetMetric()[0])
+		// getLatestMetric: a later sample replaces the kept one only with a
+		// strictly newer timestamp.
+		picked := family.GetMetric()[0]
+		for _, m := range family.GetMetric()[1:] {
+			if m.GetTimestampMs() > picked.GetTimestampMs() {
+				picked = m
+			}
+		}
+		f.EppValue = value(picked)
+		f.EppLabels = labelMap(picked)
 	}
 	// EPP's getLatestLoraMetric, for any family: the sample with the largest
 	// value among those naming running or waiting adapters.
@@ -253,12 +271,19 @@ func describe(family *dto.MetricFamily) *Family {
 		}
 	}
 	if latest != nil {
-		f.LatestLoraLabels = map[string]string{}
-		for _, l := range latest.GetLabel() {
-			f.LatestLoraLabels[l.GetName()] = l.GetValue()
-		}
+		f.LatestLoraLabels = labelMap(latest)
+		f.LatestLoraValue = latestValue
 	}
 	return f
+}
+
+// labelMap is a sample's labels by name.
+func labelMap(m *dto.Metric) map[string]string {
+	labels := map[string]string{}
+	for _, l := range m.GetLabel() {
+		labels[l.GetName()] = l.GetValue()
+	}
+	return labels
 }
 
 // value is what EPP reads of a sample: GetGauge().GetValue(), which is 0
