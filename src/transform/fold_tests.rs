@@ -320,3 +320,48 @@ proptest! {
         }
     }
 }
+
+/// Issue 43: SGLang's scheduler gauges, one series per data-parallel rank
+/// that logs, are one series per pod in the built-in view: the queues
+/// summed, the token usage the fullest rank's.
+#[test]
+fn the_built_in_view_folds_sglangs_scheduler_ranks() {
+    let view = crate::transform::view::endpoint_picker(|name| name.into(), true);
+    let fold = view.fold.expect("the built-in view folds");
+    let rank = |dp: &'static str| -> [(&'static str, &'static str); 5] {
+        [
+            ("dp_rank", dp),
+            ("engine_type", "unified"),
+            ("model_name", "m"),
+            ("pp_rank", "0"),
+            ("tp_rank", if dp == "0" { "0" } else { "4" }),
+        ]
+    };
+    let (r0, r1) = (rank("0"), rank("1"));
+    let families = vec![
+        gauge("sglang:num_queue_reqs", &[(&r0, 3.0), (&r1, 4.0)]),
+        gauge("sglang:num_running_reqs", &[(&r0, 10.0), (&r1, 12.0)]),
+        gauge("sglang:token_usage", &[(&r0, 0.25), (&r1, 0.75)]),
+    ];
+    let folded = fold.apply(families.clone(), &families);
+    let values: Vec<(String, f64, Vec<String>)> = folded
+        .iter()
+        .flat_map(|f| &f.samples)
+        .map(|s| {
+            (
+                s.name.to_string(),
+                s.value,
+                s.labels.iter().map(|(n, _)| n.to_string()).collect(),
+            )
+        })
+        .collect();
+    let kept = vec!["engine_type".to_owned(), "model_name".to_owned()];
+    assert_eq!(
+        values,
+        [
+            ("sglang:num_queue_reqs".to_owned(), 7.0, kept.clone()),
+            ("sglang:num_running_reqs".to_owned(), 22.0, kept.clone()),
+            ("sglang:token_usage".to_owned(), 0.75, kept),
+        ]
+    );
+}

@@ -61,9 +61,13 @@ pub enum Matching {
     Samples,
 }
 
-/// The label the built-in view folds away by default: vLLM's data-parallel
-/// rank (`--data-parallel-size`), one series per engine.
-pub const ENDPOINT_PICKER_FOLDED_LABELS: [&str; 1] = ["engine"];
+/// The labels the built-in view folds away by default: vLLM's
+/// data-parallel rank (`--data-parallel-size`), one series per engine, and
+/// SGLang's scheduler ranks (`dp_rank`, `tp_rank`, `pp_rank`,
+/// `moe_ep_rank`: its scheduler gauges are one series per rank that logs).
+/// A family without them is not changed.
+pub const ENDPOINT_PICKER_FOLDED_LABELS: [&str; 5] =
+    ["engine", "dp_rank", "tp_rank", "pp_rank", "moe_ep_rank"];
 
 /// The built-in view's fold rules, as `(family, function)` with vLLM's
 /// names (the formulas: `docs/gateway-api-inference-extension.md`, "Data
@@ -85,6 +89,13 @@ pub fn endpoint_picker_rules() -> Vec<(&'static str, FoldFunction)> {
         // `vllm/v1/engine/utils.py`: "Sum values from all engines in DP
         // case") on every engine's series: without `engine` they are one.
         ("vllm:cache_config_info", FoldFunction::Max),
+        // SGLang 0.5.23 (`observability/metrics_collector.py`): only the
+        // schedulers of attention-TP rank 0 log (`is_stats_logging_rank`),
+        // one per data-parallel rank, each with requests of its own: the
+        // queues add up; the fullest KV cache decides whether a request fits.
+        ("sglang:num_queue_reqs", FoldFunction::Sum),
+        ("sglang:num_running_reqs", FoldFunction::Sum),
+        ("sglang:token_usage", FoldFunction::Max),
         (
             "vllm:lora_requests_info",
             FoldFunction::NewestUnion {
