@@ -38,8 +38,14 @@ struct Differences {
 
 impl Differences {
     fn policy(self) -> WriterPolicy {
+        // prometheus_client's collector reads `path/*.db` only: the
+        // temporary subdirectories a server may leave (SGLang's) are not
+        // read here, whatever the options.
         if !(self.skip_dead_live_gauges || self.drop_dead_gauges || self.process_metrics) {
-            return WriterPolicy::exact();
+            return WriterPolicy {
+                temporary_runs: false,
+                ..WriterPolicy::exact()
+            };
         }
         WriterPolicy {
             liveness: LivenessMode::Auto,
@@ -50,6 +56,8 @@ impl Differences {
             // Sums in file order, as prometheus_client adds them.
             fold_dead: false,
             compact_dead: false,
+            temporary_runs: false,
+            remove_stale_runs: false,
         }
     }
 }
