@@ -972,7 +972,10 @@ def main():
     parser.add_argument("--cargo-check", action="store_true", help="cargo check the Docker build context")
     args = parser.parse_args()
 
-    version = tomllib.loads((ROOT / "Cargo.toml").read_text())["package"]["version"]
+    cargo = tomllib.loads((ROOT / "Cargo.toml").read_text())
+    version = cargo["package"]["version"]
+    if isinstance(version, dict):  # version.workspace = true: [workspace.package]
+        version = cargo["workspace"]["package"]["version"]
     flags, help_text = exporter_flags(args.exporter)
     rendered = {}
 
