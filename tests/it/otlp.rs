@@ -21,6 +21,17 @@ use crate::support::monitoring::free_port;
 use crate::support::{eventually, merged_part, python, repo_root, run_python, run_vllm_load};
 use crate::support::{sample_value, set_value, start_demo, wait_for, write_counter, Exporter};
 
+/// A metrics directory holding one counter file of 1 (`write_counter`)
+/// and a receiver started with `args`: the setup most tests here share.
+fn counter_and_receiver(python: &Path, args: &[&str]) -> (tempfile::TempDir, PathBuf, Receiver) {
+    let work = tempfile::tempdir().expect("tempdir");
+    let dir = work.path().join("multiproc");
+    std::fs::create_dir(&dir).expect("mkdir");
+    write_counter(&dir, "100", 1.0);
+    let receiver = Receiver::start_with(python, &work.path().join("otlp.jsonl"), 0, args);
+    (work, dir, receiver)
+}
+
 /// The test receiver (killed on drop).
 struct Receiver {
     child: Child,
@@ -498,16 +509,7 @@ fn an_outage_loses_no_collection_and_a_refusal_is_not_retried() {
 #[test]
 fn a_partial_success_is_counted_and_logged_once() {
     let Some(python) = python() else { return };
-    let work = tempfile::tempdir().expect("tempdir");
-    let dir = work.path().join("multiproc");
-    std::fs::create_dir(&dir).expect("mkdir");
-    write_counter(&dir, "100", 1.0);
-    let receiver = Receiver::start_with(
-        &python,
-        &work.path().join("otlp.jsonl"),
-        0,
-        &["--reject", "2"],
-    );
+    let (_work, dir, receiver) = counter_and_receiver(&python, &["--reject", "2"]);
     let exporter = pushing_exporter(&dir, &receiver.url(), &[]);
     let rejected = "multiproc_exporter_push_samples_rejected_total{protocol=\"otlp\"}";
     let sent = "multiproc_exporter_push_requests_sent_total{protocol=\"otlp\"}";
@@ -601,16 +603,8 @@ fn the_demo_delivers_its_families_over_otlp() {
 #[test]
 fn a_503_with_retry_after_0_for_10_s_gives_a_few_tens_of_requests() {
     let Some(python) = python() else { return };
-    let work = tempfile::tempdir().expect("tempdir");
-    let dir = work.path().join("multiproc");
-    std::fs::create_dir(&dir).expect("mkdir");
-    write_counter(&dir, "100", 1.0);
-    let receiver = Receiver::start_with(
-        &python,
-        &work.path().join("otlp.jsonl"),
-        0,
-        &["--status", "503", "--retry-after", "0"],
-    );
+    let (_work, dir, receiver) =
+        counter_and_receiver(&python, &["--status", "503", "--retry-after", "0"]);
     let exporter = Exporter::start(&[
         "--dir",
         dir.to_str().expect("utf-8"),
@@ -638,11 +632,7 @@ fn a_503_with_retry_after_0_for_10_s_gives_a_few_tens_of_requests() {
 #[test]
 fn a_500_is_not_retried_for_otlp_and_the_next_collection_is_not_held_up() {
     let Some(python) = python() else { return };
-    let work = tempfile::tempdir().expect("tempdir");
-    let dir = work.path().join("multiproc");
-    std::fs::create_dir(&dir).expect("mkdir");
-    write_counter(&dir, "100", 1.0);
-    let receiver = Receiver::start(&python, &work.path().join("otlp.jsonl"), 0, 500);
+    let (_work, dir, receiver) = counter_and_receiver(&python, &["--status", "500"]);
     let exporter = Exporter::start(&[
         "--dir",
         dir.to_str().expect("utf-8"),
