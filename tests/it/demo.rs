@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-use crate::support::{dump, get, python, run_python, start_demo, wait_for};
+use crate::support::{dump, get, python, run_python, start_demo, start_demo_serving, wait_for};
 use multiproc_exporter::demo::{Demo, DemoConfig};
 
 const PYTHON_MERGE: &str = r#"
@@ -59,31 +59,38 @@ fn demo_command_serves_a_live_directory() {
     });
     assert!(later.contains("# TYPE vllm:time_to_first_token_seconds histogram"));
     // The endpoint picker's view: exactly the built-in view's families that
-    // the demo writes, in /metrics's order.
-    let view = String::from_utf8(get(&format!("{url}/endpoint-picker"), &[]).body).unwrap();
-    let whole = String::from_utf8(get(&url, &[]).body).unwrap();
+    // the demo writes, in /metrics's order. Families appear as the demo's
+    // processes write them: wait until the view and the /metrics read after
+    // it agree and hold the families asserted (a view that never does fails).
     let declared = |text: &str| -> Vec<String> {
         text.lines()
             .filter_map(|l| Some(l.strip_prefix("# TYPE ")?.split(' ').next()?.to_owned()))
             .collect()
     };
-    let typed = declared(&view);
-    let expected: Vec<String> = declared(&whole)
-        .into_iter()
-        .filter(|name| {
-            multiproc_exporter::transform::views::ENDPOINT_PICKER_FAMILIES.contains(&name.as_str())
-        })
-        .collect();
-    assert_eq!(typed, expected, "{view}");
-    for family in [
+    let required = [
         "vllm:num_requests_waiting",
         "vllm:num_requests_running",
         "vllm:kv_cache_usage_perc",
         "vllm:cache_config_info",
         "vllm:lora_requests_info",
-    ] {
-        assert!(typed.iter().any(|t| t == family), "{family}: {view}");
-    }
+    ];
+    wait_for(
+        "the view to hold /metrics's endpoint-picker families",
+        || {
+            let view = String::from_utf8(get(&format!("{url}/endpoint-picker"), &[]).body).ok()?;
+            let whole = String::from_utf8(get(&url, &[]).body).ok()?;
+            let typed = declared(&view);
+            let expected: Vec<String> = declared(&whole)
+                .into_iter()
+                .filter(|name| {
+                    multiproc_exporter::transform::views::ENDPOINT_PICKER_FAMILIES
+                        .contains(&name.as_str())
+                })
+                .collect();
+            (typed == expected && required.iter().all(|f| typed.iter().any(|t| t == f)))
+                .then_some(())
+        },
+    );
     let _ = Command::new("kill").arg(child.id().to_string()).status();
     let status = child.wait().expect("wait");
     assert!(status.success(), "demo exits cleanly on SIGTERM: {status}");
@@ -287,41 +294,34 @@ fn the_sglang_demo_writes_sglang_0_5_23s_own_definitions_as_prometheus_client_re
 
 #[test]
 fn demo_command_serves_sglang_with_its_endpoint_picker_families() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("port")
-        .port();
-    let mut child = Command::new(crate::support::exporter_bin())
-        .args([
-            "demo",
-            "--demo.engine",
-            "sglang",
-            "--demo.tick-ms",
-            "100",
-            "--web.listen-address",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start demo");
-    let base = format!("http://127.0.0.1:{port}");
-    let metrics = wait_for("the demo to serve SGLang metrics", || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-        let text = String::from_utf8(get(&format!("{base}/metrics"), &[]).body).ok()?;
-        text.contains("sglang:prompt_tokens_total").then_some(text)
-    });
+    let (mut child, port, metrics) =
+        start_demo_serving(&["--demo.engine", "sglang"], "sglang:prompt_tokens_total");
     assert!(!metrics.contains("vllm:"), "{metrics}");
-    let view = String::from_utf8(get(&format!("{base}/metrics/endpoint-picker"), &[]).body)
-        .expect("utf-8");
-    for family in [
+    // The view's gauges are written by the scheduler processes, which may
+    // start after the first counter is served: wait for what is asserted
+    // (each family typed and with a sample), not for a fixed time.
+    let url = format!("http://127.0.0.1:{port}/metrics/endpoint-picker");
+    let families = [
         "sglang:num_queue_reqs",
         "sglang:num_running_reqs",
         "sglang:token_usage",
-    ] {
-        assert!(view.contains(&format!("# TYPE {family} gauge\n")), "{view}");
-    }
+    ];
+    wait_for("the view to serve the schedulers' gauges", || {
+        let view = String::from_utf8(get(&url, &[]).body).ok()?;
+        families
+            .iter()
+            .all(|family| {
+                view.contains(&format!("# TYPE {family} gauge\n"))
+                    && view.lines().any(|l| has_sample_of(l, family))
+            })
+            .then_some(())
+    });
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// Whether `line` is a sample of `family` (its name, then labels or a space).
+fn has_sample_of(line: &str, family: &str) -> bool {
+    line.strip_prefix(family)
+        .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
 }

@@ -763,6 +763,11 @@ pub(crate) fn run_vllm_load(python: &Path, dir: &Path) {
 /// `127.0.0.1:PORT` with `extra` arguments, and waits until it serves vLLM's
 /// families; the process and its first `/metrics` body.
 pub(crate) fn start_demo(extra: &[&str]) -> (Child, u16, String) {
+    start_demo_serving(extra, "vllm:generation_tokens_total")
+}
+
+/// [`start_demo`], waiting until `/metrics` holds `family` instead.
+pub(crate) fn start_demo_serving(extra: &[&str], family: &str) -> (Child, u16, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("port")
@@ -782,11 +787,10 @@ pub(crate) fn start_demo(extra: &[&str]) -> (Child, u16, String) {
         .spawn()
         .expect("start demo");
     let url = format!("http://127.0.0.1:{port}/metrics");
-    let first = wait_for("the demo to serve vLLM metrics", || {
+    let first = wait_for(&format!("the demo to serve {family}"), || {
         std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
         let text = String::from_utf8(get(&url, &[]).body).ok()?;
-        text.contains("vllm:generation_tokens_total")
-            .then_some(text)
+        text.contains(family).then_some(text)
     });
     (child, port, first)
 }
