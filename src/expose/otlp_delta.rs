@@ -136,8 +136,9 @@ impl Deltas {
         let mut next = HashMap::with_capacity(collected.runs.len());
         for resource in &mut request.resource_metrics {
             for scope in &mut resource.scope_metrics {
-                scope.metrics.retain_mut(|Metric { name, data, .. }| {
-                    match data {
+                scope
+                    .metrics
+                    .retain_mut(|Metric { name, data, .. }| match data {
                         Some(metric::Data::Sum(sum))
                             if sum.is_monotonic && sum.aggregation_temporality == DELTA =>
                         {
@@ -151,8 +152,7 @@ impl Deltas {
                             !h.data_points.is_empty()
                         }
                         _ => true,
-                    }
-                });
+                    });
             }
         }
         Converted { request, next }
@@ -166,7 +166,12 @@ impl Deltas {
 
     /// The base of the series `key` whose point starts at `start`: the last
     /// accepted point of the same run, else the run's own start.
-    fn base<'a>(&'a self, key: &str, start: u64, collected: &'a Collected) -> Option<Cow<'a, Base>> {
+    fn base<'a>(
+        &'a self,
+        key: &str,
+        start: u64,
+        collected: &'a Collected,
+    ) -> Option<Cow<'a, Base>> {
         if let Some(base) = self.accepted.get(key).filter(|b| b.start == start) {
             return Some(Cow::Borrowed(base));
         }

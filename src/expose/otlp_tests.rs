@@ -680,7 +680,12 @@ fn a_series_born_after_pushing_started_starts_at_the_previous_collection() {
     };
     let p = &h.data_points[0];
     assert_eq!(
-        (p.start_time_unix_nano, p.count, p.sum, p.bucket_counts.clone()),
+        (
+            p.start_time_unix_nano,
+            p.count,
+            p.sum,
+            p.bucket_counts.clone()
+        ),
         (t(5), 4, Some(2.0), vec![4, 0])
     );
 }
@@ -708,7 +713,13 @@ fn the_change_of_a_dropped_delta_push_is_carried_into_the_next_one() {
     ];
     for (n, (values, accepted)) in history.iter().enumerate() {
         let sent = sum_points(
-            &delta_push(&mut starts, &mut deltas, &routes(values), t(n as u64), *accepted),
+            &delta_push(
+                &mut starts,
+                &mut deltas,
+                &routes(values),
+                t(n as u64),
+                *accepted,
+            ),
             "c_total",
         );
         if !accepted {

@@ -333,7 +333,10 @@ async fn otlp_honours_retry_after_counts_partial_success_and_gets_the_same_colle
     // time), OTLP without those superseded during the Retry-After.
     assert_eq!(otlp_values[0], 1.0);
     assert!(otlp_values[1] > 2.0, "{otlp_values:?}");
-    assert!(otlp_values.windows(2).all(|w| w[0] < w[1]), "{otlp_values:?}");
+    assert!(
+        otlp_values.windows(2).all(|w| w[0] < w[1]),
+        "{otlp_values:?}"
+    );
     assert!(otlp_values.iter().all(|v| rw_values.contains(v)));
     let text = self_metrics_text(&feed);
     for line in [
@@ -507,7 +510,10 @@ async fn shutdown_makes_one_last_attempt_that_respects_the_wait() {
         stop.send(true).unwrap();
         pusher.await.unwrap();
         let after = received.lock().unwrap().len() - before;
-        assert!(after <= most, "Retry-After {retry_after}: {after} requests after the signal");
+        assert!(
+            after <= most,
+            "Retry-After {retry_after}: {after} requests after the signal"
+        );
         let text = self_metrics_text(&feed);
         assert!(
             text.contains("multiproc_exporter_push_collections_dropped_total{protocol=\"remote_write\",reason=\"shutdown\"} 1.0\n"),

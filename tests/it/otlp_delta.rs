@@ -66,10 +66,17 @@ fn merged(python: &Path, dir: &Path) -> BTreeMap<String, f64> {
 
 /// One delta point as the test follows it: its series key(s) and values.
 fn pushed(metric: &Value, point: &Value) -> Vec<(String, f64)> {
-    let series = format!("{}{:?}", metric["name"].as_str().unwrap_or(""), attributes(point));
+    let series = format!(
+        "{}{:?}",
+        metric["name"].as_str().unwrap_or(""),
+        attributes(point)
+    );
     match metric["type"].as_str() {
         Some("histogram") => vec![
-            (format!("{series}_count"), point["count"].as_f64().unwrap_or(f64::NAN)),
+            (
+                format!("{series}_count"),
+                point["count"].as_f64().unwrap_or(f64::NAN),
+            ),
             (format!("{series}_sum"), float(&point["sum"])),
         ],
         _ => vec![(series, float(&point["value"]))],
@@ -93,7 +100,9 @@ fn deltas_add_up_for_series_born_before_and_after_pushing_started_and_across_a_5
     // base the deltas start from.
     run_python(
         &python,
-        &format!("{WRITER}\nrequests.labels('200', '/a').inc(5)\nlatency.labels('/a').observe(0.25)\n"),
+        &format!(
+            "{WRITER}\nrequests.labels('200', '/a').inc(5)\nlatency.labels('/a').observe(0.25)\n"
+        ),
         &["0", "0"],
         &env,
     );

@@ -476,7 +476,10 @@ fn a_429_with_retry_after_60_gets_at_most_2_requests_in_15_s() {
             &body,
             &format!("multiproc_exporter_push_collections_dropped_total{{protocol=\"{protocol}\",reason=\"superseded\"}}"),
         );
-        assert!(superseded.is_some_and(|n| n >= 5.0), "{protocol}: {superseded:?}");
+        assert!(
+            superseded.is_some_and(|n| n >= 5.0),
+            "{protocol}: {superseded:?}"
+        );
     }
     assert_eq!(exporter.get("/-/healthy").status, 200);
 }
