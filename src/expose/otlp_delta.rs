@@ -34,6 +34,11 @@ pub(super) struct Run {
     pub(super) initial: Option<Base>,
 }
 
+/// Whether a point is a vanished series' `NO_RECORDED_VALUE` (sent as it is).
+fn flagged(flags: u32) -> bool {
+    flags & NO_RECORDED_VALUE != 0
+}
+
 /// A cumulative point deltas are taken from.
 #[derive(Debug, Clone)]
 pub(super) struct Base {
@@ -142,13 +147,27 @@ impl Deltas {
                         Some(metric::Data::Sum(sum))
                             if sum.is_monotonic && sum.aggregation_temporality == DELTA =>
                         {
-                            sum.data_points
-                                .retain_mut(|p| self.number(name, p, collected, &mut next));
+                            sum.data_points.retain_mut(|p| {
+                                flagged(p.flags)
+                                    || self.number(
+                                        series_key(name, &p.attributes),
+                                        p,
+                                        collected,
+                                        &mut next,
+                                    )
+                            });
                             !sum.data_points.is_empty()
                         }
                         Some(metric::Data::Histogram(h)) if h.aggregation_temporality == DELTA => {
-                            h.data_points
-                                .retain_mut(|p| self.histogram(name, p, collected, &mut next));
+                            h.data_points.retain_mut(|p| {
+                                flagged(p.flags)
+                                    || self.histogram(
+                                        series_key(name, &p.attributes),
+                                        p,
+                                        collected,
+                                        &mut next,
+                                    )
+                            });
                             !h.data_points.is_empty()
                         }
                         _ => true,
@@ -183,18 +202,15 @@ impl Deltas {
         }
     }
 
-    /// Converts a monotonic sum's point; whether it is sent.
+    /// Converts a monotonic sum's point of the series `key`; whether it is
+    /// sent.
     fn number(
         &self,
-        name: &str,
+        key: String,
         point: &mut NumberDataPoint,
         collected: &Collected,
         next: &mut HashMap<String, Base>,
     ) -> bool {
-        if point.flags & NO_RECORDED_VALUE != 0 {
-            return true;
-        }
-        let key = series_key(name, &point.attributes);
         let value = match point.value {
             Some(number_data_point::Value::AsDouble(v)) => v,
             Some(number_data_point::Value::AsInt(v)) => v as f64,
@@ -220,18 +236,14 @@ impl Deltas {
         sent
     }
 
-    /// Converts a histogram's point; whether it is sent.
+    /// Converts a histogram's point of the series `key`; whether it is sent.
     fn histogram(
         &self,
-        name: &str,
+        key: String,
         point: &mut HistogramDataPoint,
         collected: &Collected,
         next: &mut HashMap<String, Base>,
     ) -> bool {
-        if point.flags & NO_RECORDED_VALUE != 0 {
-            return true;
-        }
-        let key = series_key(name, &point.attributes);
         let mut now = Base::histogram(point);
         let base = self.base(&key, point.start_time_unix_nano, collected);
         if now.sum.is_nan() {

@@ -795,18 +795,7 @@ fn delta_pushes_of_real_writers_add_up_to_the_cumulative_values() {
             }
         });
     // The cumulative values are prometheus_client's own merge.
-    let merged = run_python(
-        &python,
-        "import sys\n\
-         from prometheus_client import CollectorRegistry, generate_latest\n\
-         from prometheus_client.multiprocess import MultiProcessCollector\n\
-         r = CollectorRegistry()\n\
-         MultiProcessCollector(r, path=sys.argv[1])\n\
-         sys.stdout.write(generate_latest(r).decode())\n",
-        &[dir.to_str().expect("utf-8")],
-        &[],
-    );
-    let python_total = Exposition::parse(&merged)
+    let python_total = prometheus_client_merge(&python, &dir)
         .named("vllm:prompt_tokens_total")
         .map(|s| s.value)
         .sum::<f64>();
@@ -817,4 +806,21 @@ fn delta_pushes_of_real_writers_add_up_to_the_cumulative_values() {
         .sum();
     assert_eq!(pushed_total, python_total);
     assert!(deltas.values().any(|v| *v > 0.0), "{deltas:?}");
+}
+
+/// prometheus_client's own merge of the directory `dir` (its
+/// `MultiProcessCollector`), parsed.
+pub(crate) fn prometheus_client_merge(python: &Path, dir: &Path) -> Exposition {
+    let text = run_python(
+        python,
+        "import sys\n\
+         from prometheus_client import CollectorRegistry, generate_latest\n\
+         from prometheus_client.multiprocess import MultiProcessCollector\n\
+         r = CollectorRegistry()\n\
+         MultiProcessCollector(r, path=sys.argv[1])\n\
+         sys.stdout.write(generate_latest(r).decode())\n",
+        &[dir.to_str().expect("utf-8")],
+        &[],
+    );
+    Exposition::parse(&text)
 }

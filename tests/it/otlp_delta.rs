@@ -14,8 +14,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::otlp::{attributes, float, metrics, pushing_exporter, Receiver};
-use crate::support::exposition::Exposition;
+use crate::otlp::{
+    attributes, float, metrics, prometheus_client_merge, pushing_exporter, Receiver,
+};
 use crate::support::{eventually, python, run_python, wait_for};
 
 /// A writer: counts requests by code and route and observes latencies
@@ -40,18 +41,7 @@ while time.time() < end:
 /// prometheus_client's merge of `dir`: each counter series' value, each
 /// histogram series' `_count` and `_sum`, keyed as [`pushed`] keys them.
 fn merged(python: &Path, dir: &Path) -> BTreeMap<String, f64> {
-    let text = run_python(
-        python,
-        "import sys\n\
-         from prometheus_client import CollectorRegistry, generate_latest\n\
-         from prometheus_client.multiprocess import MultiProcessCollector\n\
-         r = CollectorRegistry()\n\
-         MultiProcessCollector(r, path=sys.argv[1])\n\
-         sys.stdout.write(generate_latest(r).decode())\n",
-        &[dir.to_str().expect("utf-8")],
-        &[],
-    );
-    let exposition = Exposition::parse(&text);
+    let exposition = prometheus_client_merge(python, dir);
     let mut out = BTreeMap::new();
     for s in exposition.named("od_requests_total") {
         out.insert(format!("od_requests_total{:?}", s.labels), s.value);

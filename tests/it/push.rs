@@ -434,6 +434,22 @@ fn a_500_is_retried_for_remote_write() {
     assert!(rejected.iter().all(|l| l.ends_with(" 0.0")), "{rejected:?}");
 }
 
+/// An exporter of `dir` pushing every second to both receivers (the OTLP
+/// one's URL given as [`answering`] makes it).
+fn pushing_to_both(dir: &Path, remote_write: &str, otlp: &str) -> Exporter {
+    let otlp = otlp.replace("/api/v1/write", "/v1/metrics");
+    Exporter::start(&[
+        "--dir",
+        dir.to_str().expect("utf-8"),
+        "--push.remote-write-url",
+        remote_write,
+        "--push.otlp-url",
+        &otlp,
+        "--push.interval",
+        "1s",
+    ])
+}
+
 /// Issue 48: a receiver answering `429` with `Retry-After: 60` got requests
 /// at 0.2, 5.2, 10.2 and 15.2 s (`--push.max-backoff` cut the wait), twelve
 /// times what it asked. Now the wait is at least the `Retry-After`: at most
@@ -446,17 +462,7 @@ fn a_429_with_retry_after_60_gets_at_most_2_requests_in_15_s() {
     write_counter(tmp.path(), "100", 1.0);
     let (remote_write, rw_count) = answering_with(429, "Retry-After: 60\r\n");
     let (otlp, otlp_count) = answering_with(429, "Retry-After: 60\r\n");
-    let otlp = otlp.replace("/api/v1/write", "/v1/metrics");
-    let exporter = Exporter::start(&[
-        "--dir",
-        tmp.path().to_str().unwrap(),
-        "--push.remote-write-url",
-        &remote_write,
-        "--push.otlp-url",
-        &otlp,
-        "--push.interval",
-        "1s",
-    ]);
+    let exporter = pushing_to_both(tmp.path(), &remote_write, &otlp);
     wait_for("a first request to each", || {
         (rw_count.load(Ordering::SeqCst) >= 1 && otlp_count.load(Ordering::SeqCst) >= 1)
             .then_some(())
@@ -495,17 +501,7 @@ fn sigterm_while_the_receiver_answers_429_makes_at_most_3_requests() {
     write_counter(tmp.path(), "100", 1.0);
     let (remote_write, rw_count) = answering_with(429, "Retry-After: 1\r\n");
     let (otlp, otlp_count) = answering(429);
-    let otlp = otlp.replace("/api/v1/write", "/v1/metrics");
-    let mut exporter = Exporter::start(&[
-        "--dir",
-        tmp.path().to_str().unwrap(),
-        "--push.remote-write-url",
-        &remote_write,
-        "--push.otlp-url",
-        &otlp,
-        "--push.interval",
-        "1s",
-    ]);
+    let mut exporter = pushing_to_both(tmp.path(), &remote_write, &otlp);
     wait_for("failed requests to each", || {
         (rw_count.load(Ordering::SeqCst) >= 1 && otlp_count.load(Ordering::SeqCst) >= 3)
             .then_some(())
