@@ -33,6 +33,7 @@
 
 use std::collections::HashMap;
 use std::io::Write as _;
+use std::sync::Arc;
 
 use opentelemetry_proto::tonic::collector::metrics::v1::{
     ExportMetricsServiceRequest, ExportMetricsServiceResponse,
@@ -81,7 +82,7 @@ pub struct StartTimes {
     collected: bool,
     series: HashMap<String, Track>,
     /// The runs of the delta series of the collection being made.
-    runs: HashMap<String, Run>,
+    runs: HashMap<String, Arc<Run>>,
 }
 
 /// How monotonic sums and histograms are sent (`--push.otlp-temporality`).
@@ -106,8 +107,9 @@ struct Track {
     /// Flagged `NO_RECORDED_VALUE` already (absent from the previous
     /// collection): if it comes back, it is born again.
     gone: bool,
-    /// With delta temporality: the series' current run.
-    run: Option<Run>,
+    /// With delta temporality: the series' current run (shared with the
+    /// collections queued).
+    run: Option<Arc<Run>>,
 }
 
 /// Why a series' point has its start.
@@ -247,11 +249,11 @@ impl StartTimes {
             return;
         };
         if track.run.as_ref().map(|r| r.start) != Some(start) {
-            track.run = Some(Run {
+            track.run = Some(Arc::new(Run {
                 start,
                 whole,
                 initial: (!whole).then(base),
-            });
+            }));
         }
         if let Some(run) = &track.run {
             self.runs.insert(key.to_owned(), run.clone());

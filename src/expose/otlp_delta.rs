@@ -13,6 +13,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::metrics::v1::{
@@ -93,7 +94,7 @@ impl Base {
 #[derive(Debug, Clone)]
 pub struct Collected {
     pub(super) request: ExportMetricsServiceRequest,
-    pub(super) runs: HashMap<String, Run>,
+    pub(super) runs: HashMap<String, Arc<Run>>,
 }
 
 impl Collected {
