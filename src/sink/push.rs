@@ -632,6 +632,7 @@ async fn send<F: Feed>(
                     // (a delta collection's change is carried into it).
                     metrics.dropped(DropReason::Rejected, samples);
                     remove(&queue);
+                    queue.lock().asked_to_wait = false;
                     continue;
                 }
                 {
