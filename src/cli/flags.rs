@@ -443,7 +443,7 @@ pub struct PushFlags {
     pub otlp_temporality: String,
     /// The longest wait between two retries of a failed request (the wait
     /// starts at --push.min-backoff and doubles); a receiver's Retry-After
-    /// is honoured up to it.
+    /// waits longer (up to --push.max-retry-after).
     #[arg(
         long = "push.max-backoff",
         env = "MULTIPROC_EXPORTER_PUSH_MAX_BACKOFF",
@@ -452,6 +452,17 @@ pub struct PushFlags {
         default_value = "5s"
     )]
     pub max_backoff: Duration,
+    /// The longest Retry-After honoured: a receiver answering 429 or 503
+    /// with Retry-After gets the next request after the larger of the
+    /// backoff and its Retry-After, capped by this (0: Retry-After ignored).
+    #[arg(
+        long = "push.max-retry-after",
+        env = "MULTIPROC_EXPORTER_PUSH_MAX_RETRY_AFTER",
+        value_name = "DURATION",
+        value_parser = parse_duration,
+        default_value = "10m"
+    )]
+    pub max_retry_after: Duration,
     /// At shutdown, time allowed to push a last collection and what is
     /// still queued.
     #[arg(

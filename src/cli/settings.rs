@@ -484,6 +484,7 @@ impl PushFlags {
             queue_capacity: self.queue_capacity,
             min_backoff: self.min_backoff,
             max_backoff: self.max_backoff,
+            max_retry_after: self.max_retry_after,
             otlp_temporality: if self.otlp_temporality == "delta" {
                 crate::expose::otlp::Temporality::Delta
             } else {

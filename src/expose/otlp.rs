@@ -33,6 +33,7 @@
 
 use std::collections::HashMap;
 use std::io::Write as _;
+use std::sync::Arc;
 
 use opentelemetry_proto::tonic::collector::metrics::v1::{
     ExportMetricsServiceRequest, ExportMetricsServiceResponse,
@@ -53,24 +54,35 @@ const NO_RECORDED_VALUE: u32 = DataPointFlags::NoRecordedValueMask as u32;
 
 /// Start times of the cumulative series across collections, as OTLP's
 /// data model says for an unknown start: `_created` where served; else a
-/// series' first point has start = time (it claims nothing before it was
-/// seen: a restart of the exporter never puts a counter's whole value in
-/// one interval), and later points keep that start until a reset (a
-/// decrease of a monotonic sum or of a histogram's or summary's count; a
-/// decrease of an info or stateset series is a change, not a reset), whose
-/// point starts at the previous collection's time. With
-/// [`Temporality::Delta`], monotonic sums and histograms are sent as the
-/// change since the previous push (docs/sources.md, "Push (OTLP)").
+/// series present at the first collection has start = time on its first
+/// point (it claims nothing before it was seen: a restart of the exporter
+/// never puts a counter's whole value in one interval); a series born
+/// later (first seen in a later collection, or back after it was absent
+/// from the previous one) starts at the previous collection's time (all of
+/// its value was counted since then); later points keep that start until a
+/// reset (a decrease of a monotonic sum or of a histogram's or summary's
+/// count; a decrease of an info or stateset series is a change, not a
+/// reset), whose point starts at the previous collection's time.
+/// With [`Temporality::Delta`], monotonic sums and histograms are
+/// collected with their cumulative values and each series' run (its start,
+/// whether its first value is sent whole, else the value the deltas start
+/// from), and [`Deltas`] converts them when they are sent, against what
+/// the receiver accepted (docs/sources.md, "Push (OTLP)").
 /// Remembers each series' last point to flag it `NO_RECORDED_VALUE` once
 /// when it disappears.
 #[derive(Debug)]
 pub struct StartTimes {
-    /// When pushing started (Unix nanoseconds): a delta series whose
-    /// `_created` is later started while the exporter watched it.
+    /// When pushing started (Unix nanoseconds): a series whose `_created`
+    /// is later started while the exporter watched it.
     started: u64,
     temporality: Temporality,
     previous_time: u64,
+    /// Whether a collection was made: a series first seen after that was
+    /// born while the exporter watched.
+    collected: bool,
     series: HashMap<String, Track>,
+    /// The runs of the delta series of the collection being made.
+    runs: HashMap<String, Arc<Run>>,
 }
 
 /// How monotonic sums and histograms are sent (`--push.otlp-temporality`).
@@ -79,8 +91,9 @@ pub enum Temporality {
     /// Their cumulative values (the Prometheus receiver's mapping).
     #[default]
     Cumulative,
-    /// The change since the previous push, as the Collector's
-    /// `cumulativetodelta` processor converts them.
+    /// The change since the last values the receiver accepted, as the
+    /// Collector's `cumulativetodelta` processor converts them (except
+    /// that a dropped push's change is carried into the next one).
     Delta,
 }
 
@@ -91,22 +104,26 @@ struct Track {
     /// The last point, flagged and emptied, with its metric's frame.
     stale: Stale,
     seen: bool,
-    /// Flagged `NO_RECORDED_VALUE` already; kept to tell a reset when the
-    /// series comes back.
+    /// Flagged `NO_RECORDED_VALUE` already (absent from the previous
+    /// collection): if it comes back, it is born again.
     gone: bool,
-    /// With delta temporality: the last cumulative point the deltas are
-    /// taken from.
-    previous: Option<Previous>,
+    /// With delta temporality: the series' current run (shared with the
+    /// collections queued).
+    run: Option<Arc<Run>>,
 }
 
-/// A delta series' last cumulative point.
-#[derive(Debug, Clone)]
-struct Previous {
-    time: u64,
-    value: f64,
-    sum: f64,
-    buckets: Vec<u64>,
-    bounds: Vec<f64>,
+/// Why a series' point has its start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// Present at the first collection: its value includes what came
+    /// before pushing started.
+    First,
+    /// Born after the first collection (or back after an absence).
+    Born,
+    /// Its cumulative value went down.
+    Reset,
+    /// As at the previous collection.
+    Same,
 }
 
 /// Vanished series remembered beyond the live ones before they are
@@ -139,13 +156,15 @@ impl StartTimes {
             started,
             temporality,
             previous_time: started,
+            collected: false,
             series: HashMap::new(),
+            runs: HashMap::new(),
         }
     }
 
     /// The start of the series `key` whose cumulative value (a histogram's
-    /// or summary's count) is `value` at `time`; a decrease is a reset only
-    /// when the series is `monotonic`.
+    /// or summary's count) is `value` at `time`, and why; a decrease is a
+    /// reset only when the series is `monotonic`.
     fn start(
         &mut self,
         key: &str,
@@ -153,29 +172,41 @@ impl StartTimes {
         time: u64,
         monotonic: bool,
         stale: impl FnOnce() -> Stale,
-    ) -> u64 {
+    ) -> (u64, Origin) {
         match self.series.get_mut(key) {
             Some(track) => {
-                if monotonic && value < track.last {
+                let origin = if track.gone {
+                    Origin::Born
+                } else if monotonic && value < track.last {
+                    Origin::Reset
+                } else {
+                    Origin::Same
+                };
+                if origin != Origin::Same {
                     track.start = self.previous_time;
                 }
                 track.last = value;
                 track.seen = true;
-                track.start
+                (track.start, origin)
             }
             None => {
+                let (start, origin) = if self.collected {
+                    (self.previous_time, Origin::Born)
+                } else {
+                    (time, Origin::First)
+                };
                 self.series.insert(
                     key.to_owned(),
                     Track {
-                        start: time,
+                        start,
                         last: value,
                         stale: stale(),
                         seen: true,
                         gone: false,
-                        previous: None,
+                        run: None,
                     },
                 );
-                time
+                (start, origin)
             }
         }
     }
@@ -193,82 +224,40 @@ impl StartTimes {
         }
     }
 
-    /// Whether the first point of a delta series is sent (its whole value
-    /// as the first delta): as the Collector's `cumulativetodelta` does by
-    /// default (`initial_value: auto`), only when the series started (its
-    /// `_created`, `created`) after pushing started; otherwise it only sets
-    /// the value the next deltas are taken from.
-    fn first_sent(&self, created: u64, time: u64) -> bool {
-        created != 0 && created >= self.started && created != time
-    }
-
-    /// A monotonic sum's delta point (start, change) for the series `key`
-    /// (already [`Self::start`]ed) at `time`, or `None` when nothing is sent
-    /// (as `cumulativetodelta` does: NaN is skipped; the first point unless
-    /// [`Self::first_sent`]; a point after a reset, a decrease, which only
-    /// sets the value the next deltas are taken from).
-    fn delta_sum(&mut self, key: &str, value: f64, time: u64, created: u64) -> Option<(u64, f64)> {
-        if value.is_nan() {
-            return None;
+    /// Whether a delta series' run that starts here is sent whole (its
+    /// first value as its first delta), rather than only setting the value
+    /// the deltas start from: when it started while the exporter watched
+    /// (its `_created` is after pushing started; without one, it was born
+    /// after the first collection), and after a histogram's reset, as
+    /// `cumulativetodelta` sends it. A counter's reset, and a series present
+    /// at the first collection, only set the value.
+    fn whole(&self, origin: Origin, created: u64, histogram: bool) -> bool {
+        if created != 0 {
+            return created >= self.started;
         }
-        let first = self.first_sent(created, time);
-        let track = self.series.get_mut(key)?;
-        let now = Previous {
-            time,
-            value,
-            sum: 0.0,
-            buckets: Vec::new(),
-            bounds: Vec::new(),
-        };
-        match track.previous.replace(now) {
-            None => first.then_some((created, value)),
-            Some(previous) => {
-                (value >= previous.value).then_some((previous.time, value - previous.value))
-            }
+        match origin {
+            Origin::Born => true,
+            Origin::Reset => histogram,
+            Origin::First | Origin::Same => false,
         }
     }
 
-    /// A histogram's delta point, as [`Self::delta_sum`] for sums, except
-    /// that after a reset (a lower count) the point is sent whole, as
-    /// `cumulativetodelta` sends it, and that a change of buckets sends
-    /// nothing. Returns the point's start.
-    fn delta_histogram(
-        &mut self,
-        key: &str,
-        point: &mut HistogramDataPoint,
-        created: u64,
-    ) -> Option<u64> {
-        let first = self.first_sent(created, point.time_unix_nano);
-        let track = self.series.get_mut(key)?;
-        let sum = point.sum.unwrap_or(f64::NAN);
-        let now = Previous {
-            time: point.time_unix_nano,
-            value: point.count as f64,
-            sum: match &track.previous {
-                Some(previous) if sum.is_nan() => previous.sum,
-                _ => sum,
-            },
-            buckets: point.bucket_counts.clone(),
-            bounds: point.explicit_bounds.clone(),
+    /// Notes the run of the delta series `key` whose point starts at
+    /// `start`: a new run when the start changed (`whole`, or from `base`).
+    fn run(&mut self, key: &str, start: u64, whole: bool, base: impl FnOnce() -> Base) {
+        let Some(track) = self.series.get_mut(key) else {
+            return;
         };
-        let Some(previous) = track.previous.replace(now) else {
-            return first.then_some(created);
-        };
-        if previous.buckets.len() != point.bucket_counts.len()
-            || previous.bounds != point.explicit_bounds
-        {
-            return None;
+        if track.run.as_ref().map(|r| r.start) != Some(start) {
+            track.run = Some(Arc::new(Run {
+                start,
+                whole,
+                initial: (!whole).then(base),
+            }));
         }
-        if point.count as f64 >= previous.value {
-            point.count -= previous.value as u64;
-            point.sum = point
-                .sum
-                .map(|s| if s.is_nan() { 0.0 } else { s - previous.sum });
-            for (bucket, before) in point.bucket_counts.iter_mut().zip(&previous.buckets) {
-                *bucket = bucket.saturating_sub(*before);
-            }
+        if let Some(run) = &track.run {
+            self.runs.insert(key.to_owned(), run.clone());
         }
-        Some(previous.time)
     }
 
     /// Notes a series that has no start of its own (a gauge), for staleness.
@@ -284,7 +273,7 @@ impl StartTimes {
                         stale: stale(),
                         seen: true,
                         gone: false,
-                        previous: None,
+                        run: None,
                     },
                 );
             }
@@ -301,6 +290,7 @@ impl StartTimes {
                 track.gone = false;
             } else if !track.gone {
                 track.gone = true;
+                track.run = None;
                 gone.push(track.stale.clone());
             } else {
                 kept_gone += 1;
@@ -318,6 +308,7 @@ impl StartTimes {
         }
         gone.sort_by(|a, b| a.name.cmp(&b.name));
         self.previous_time = time;
+        self.collected = true;
         gone
     }
 }
@@ -326,13 +317,26 @@ impl StartTimes {
 /// `resource` as the resource's attributes (`--push.label`; `job` becomes
 /// `service.name` and `instance` `service.instance.id`, as the receiver
 /// names them). `starts` carries the start times from one collection to the
-/// next.
+/// next. With delta temporality, the monotonic sums and histograms still
+/// hold their cumulative values: [`collect`] and [`Deltas::convert`] make
+/// the request sent.
 pub fn export_request(
     families: &[MetricFamily],
     time: u64,
     resource: &[(String, String)],
     starts: &mut StartTimes,
 ) -> ExportMetricsServiceRequest {
+    collect(families, time, resource, starts).request
+}
+
+/// The collection of `families` at `time`, as [`export_request`] maps it,
+/// with the runs of its delta series.
+pub fn collect(
+    families: &[MetricFamily],
+    time: u64,
+    resource: &[(String, String)],
+    starts: &mut StartTimes,
+) -> Collected {
     let mut metrics = Vec::with_capacity(families.len());
     for family in families {
         map_family(family, time, starts, &mut metrics);
@@ -374,7 +378,7 @@ pub fn export_request(
             key_value(key, v)
         })
         .collect();
-    ExportMetricsServiceRequest {
+    let request = ExportMetricsServiceRequest {
         resource_metrics: vec![ResourceMetrics {
             resource: Some(Resource {
                 attributes,
@@ -391,6 +395,10 @@ pub fn export_request(
             }],
             schema_url: String::new(),
         }],
+    };
+    Collected {
+        request,
+        runs: std::mem::take(&mut starts.runs),
     }
 }
 
@@ -590,26 +598,26 @@ fn map_family(family: &MetricFamily, time: u64, starts: &mut StartTimes, out: &m
                 let key = series_key(&name, &attrs);
                 let from_created = created.get(&sample.labels).map_or(0, |&c| nanos(c));
                 let mut point = number_point(attrs, 0, time, sample.value);
-                let tracked = starts.start(&key, sample.value, time, is_monotonic, || Stale {
-                    name: name.clone(),
-                    description: help.to_owned(),
-                    prometheus_type,
-                    point: StalePoint::Sum(flagged_number(&point), is_monotonic),
-                    temporality,
-                });
-                point.start_time_unix_nano = if from_created != 0 {
+                let (tracked, origin) =
+                    starts.start(&key, sample.value, time, is_monotonic, || Stale {
+                        name: name.clone(),
+                        description: help.to_owned(),
+                        prometheus_type,
+                        point: StalePoint::Sum(flagged_number(&point), is_monotonic),
+                        temporality,
+                    });
+                let start = if from_created != 0 {
                     from_created
                 } else {
                     tracked
                 };
+                point.start_time_unix_nano = start;
                 if delta {
-                    let Some((start, change)) =
-                        starts.delta_sum(&key, sample.value, time, from_created)
-                    else {
-                        continue;
-                    };
-                    point.start_time_unix_nano = start;
-                    point.value = Some(number_data_point::Value::AsDouble(change));
+                    // Converted when sent (`Deltas`).
+                    let whole = starts.whole(origin, from_created, false);
+                    starts.run(&key, start, whole, || {
+                        Base::number(start, time, sample.value)
+                    });
                 }
                 data_points.push(point);
             }
@@ -767,7 +775,7 @@ fn histogram_point(
         ..Default::default()
     };
     let temporality = starts.temporality();
-    let tracked = starts.start(&key, count, time, true, || Stale {
+    let (tracked, origin) = starts.start(&key, count, time, true, || Stale {
         name: name.to_owned(),
         description: help.to_owned(),
         prometheus_type: "histogram",
@@ -786,7 +794,10 @@ fn histogram_point(
         created => created,
     };
     if starts.delta() {
-        point.start_time_unix_nano = starts.delta_histogram(&key, &mut point, created)?;
+        // Converted when sent (`Deltas`).
+        let whole = starts.whole(origin, created, true);
+        let start = point.start_time_unix_nano;
+        starts.run(&key, start, whole, || Base::histogram(&point));
     }
     Some(point)
 }
@@ -815,7 +826,7 @@ fn summary_point(
             .collect(),
         ..Default::default()
     };
-    let tracked = starts.start(&key, count, time, true, || Stale {
+    let (tracked, _) = starts.start(&key, count, time, true, || Stale {
         name: name.to_owned(),
         description: help.to_owned(),
         prometheus_type: "summary",
@@ -840,6 +851,11 @@ fn summary_point(
     };
     Some(point)
 }
+
+#[path = "otlp_delta.rs"]
+mod delta;
+use delta::{Base, Run};
+pub use delta::{Collected, Converted, Deltas};
 
 #[cfg(test)]
 #[path = "otlp_tests.rs"]

@@ -453,6 +453,50 @@ fn counter_and_histogram(
     ]
 }
 
+/// One push with delta temporality: the request sent, and, when the
+/// receiver `accepted` it, its values become the bases.
+fn delta_push(
+    starts: &mut StartTimes,
+    deltas: &mut Deltas,
+    families: &[MetricFamily],
+    time: u64,
+    accepted: bool,
+) -> ExportMetricsServiceRequest {
+    let collected = collect(families, time, &[], starts);
+    let converted = deltas.convert(&collected);
+    let request = converted.request().clone();
+    if accepted {
+        deltas.accept(converted);
+    }
+    request
+}
+
+/// The delta sum `name`'s points as (attributes, start, time, value).
+fn sum_points(request: &ExportMetricsServiceRequest, name: &str) -> Vec<(String, u64, u64, f64)> {
+    metrics(request)
+        .iter()
+        .filter(|m| m.name == name)
+        .flat_map(|m| match &m.data {
+            Some(Data::Sum(s)) => {
+                assert_eq!(s.aggregation_temporality, DELTA, "{m:?}");
+                s.data_points
+                    .iter()
+                    .filter(|p| p.flags == 0)
+                    .map(|p| {
+                        (
+                            format!("{:?}", attrs(&p.attributes)),
+                            p.start_time_unix_nano,
+                            p.time_unix_nano,
+                            double(p),
+                        )
+                    })
+                    .collect::<Vec<_>>()
+            }
+            other => panic!("{other:?}"),
+        })
+        .collect()
+}
+
 /// Issue 41: `--push.otlp-temporality=delta`, as the Collector's
 /// `cumulativetodelta` converts: the first point of a series that started
 /// before pushing is not sent; later points are the change since the
@@ -462,19 +506,13 @@ fn counter_and_histogram(
 #[test]
 fn delta_pushes_are_the_changes_since_the_previous_push() {
     let mut starts = StartTimes::new(T0, Temporality::Delta);
-    let first = export_request(
-        &counter_and_histogram(10.0, None, [1.0, 2.0], 3.0),
-        T1,
-        &[],
-        &mut starts,
-    );
+    let mut deltas = Deltas::default();
+    let mut push = |families: &[MetricFamily], time: u64| {
+        delta_push(&mut starts, &mut deltas, families, time, true)
+    };
+    let first = push(&counter_and_histogram(10.0, None, [1.0, 2.0], 3.0), T1);
     assert!(metrics(&first).is_empty(), "{first:?}");
-    let second = export_request(
-        &counter_and_histogram(15.0, None, [2.0, 5.0], 7.5),
-        T2,
-        &[],
-        &mut starts,
-    );
+    let second = push(&counter_and_histogram(15.0, None, [2.0, 5.0], 7.5), T2);
     let m = metrics(&second);
     let Some(Data::Sum(sum)) = &m[0].data else {
         panic!()
@@ -503,12 +541,7 @@ fn delta_pushes_are_the_changes_since_the_previous_push() {
     // A reset: the counter sends nothing this time, the histogram its whole
     // new value; the next push takes its change from there.
     let t3 = T2 + 15_000_000_000;
-    let third = export_request(
-        &counter_and_histogram(2.0, None, [1.0, 1.0], 0.5),
-        t3,
-        &[],
-        &mut starts,
-    );
+    let third = push(&counter_and_histogram(2.0, None, [1.0, 1.0], 0.5), t3);
     let m = metrics(&third);
     assert_eq!(m.len(), 1, "{m:?}");
     let Some(Data::Histogram(h)) = &m[0].data else {
@@ -518,35 +551,29 @@ fn delta_pushes_are_the_changes_since_the_previous_push() {
         (h.data_points[0].count, h.data_points[0].sum),
         (1, Some(0.5))
     );
+    assert_eq!(h.data_points[0].start_time_unix_nano, T2);
     let t4 = t3 + 15_000_000_000;
-    let fourth = export_request(
-        &counter_and_histogram(6.0, None, [1.0, 1.0], 0.5),
-        t4,
-        &[],
-        &mut starts,
-    );
-    let Some(Data::Sum(sum)) = &metrics(&fourth)[0].data else {
-        panic!()
-    };
-    assert_eq!(double(&sum.data_points[0]), 4.0);
+    let fourth = push(&counter_and_histogram(6.0, None, [1.0, 1.0], 0.5), t4);
+    assert_eq!(sum_points(&fourth, "c_total"), [("[]".into(), t3, t4, 4.0)]);
 
     // A series created after pushing started: its first value is sent.
     let mut starts = StartTimes::new(T0, Temporality::Delta);
     let created = (T0 as f64 / 1e9) + 5.0;
-    let first = export_request(
+    let first = delta_push(
+        &mut starts,
+        &mut Deltas::default(),
         &counter_and_histogram(10.0, Some(created), [1.0, 2.0], 3.0),
         T1,
-        &[],
-        &mut starts,
+        true,
     );
-    let Some(Data::Sum(sum)) = &metrics(&first)[0].data else {
-        panic!()
-    };
-    assert_eq!(double(&sum.data_points[0]), 10.0);
+    assert_eq!(
+        sum_points(&first, "c_total"),
+        [("[]".into(), T0 + 5_000_000_000, T1, 10.0)]
+    );
 
     // Gauges, summaries and stateset stay cumulative in delta mode.
     let mut starts = StartTimes::new(T0, Temporality::Delta);
-    let request = export_request(&served(), T1, &[], &mut starts);
+    let request = delta_push(&mut starts, &mut Deltas::default(), &served(), T1, true);
     for metric in metrics(&request) {
         match &metric.data {
             Some(Data::Sum(s)) if !s.is_monotonic => {
@@ -556,4 +583,158 @@ fn delta_pushes_are_the_changes_since_the_previous_push() {
             other => panic!("{other:?}"),
         }
     }
+}
+
+/// A counter `c_total` with one series per `(route, value)`.
+fn routes(values: &[(&str, f64)]) -> Vec<MetricFamily> {
+    vec![family(
+        "c",
+        MetricType::Counter,
+        values
+            .iter()
+            .map(|&(route, v)| sample("c_total", &[("route", route)], v))
+            .collect(),
+    )]
+}
+
+/// Issue 48: a series first seen after the first collection (every series
+/// of multiprocess files has no `_created`, and a vLLM pod's series are
+/// born after the exporter started) lost its first interval with delta
+/// temporality, and claimed no start with cumulative. It now starts at the
+/// previous collection's time in both, and its first delta is its whole
+/// value; a series that disappears and comes back is born again.
+#[test]
+fn a_series_born_after_pushing_started_starts_at_the_previous_collection() {
+    let t = |n: u64| T0 + n * 1_000_000_000;
+    // Cumulative.
+    let mut starts = StartTimes::new(T0, Temporality::Cumulative);
+    export_request(&routes(&[("/a", 1.0)]), t(1), &[], &mut starts);
+    let second = export_request(&routes(&[("/a", 2.0), ("/b", 5.0)]), t(2), &[], &mut starts);
+    let Some(Data::Sum(sum)) = &metrics(&second)[0].data else {
+        panic!()
+    };
+    let starts_of: Vec<(u64, f64)> = sum
+        .data_points
+        .iter()
+        .map(|p| (p.start_time_unix_nano, double(p)))
+        .collect();
+    assert_eq!(starts_of, [(t(1), 2.0), (t(1), 5.0)]);
+    // /b disappears at t(3) and comes back at t(5): born again at t(4).
+    export_request(&routes(&[("/a", 2.0)]), t(3), &[], &mut starts);
+    export_request(&routes(&[("/a", 2.0)]), t(4), &[], &mut starts);
+    let back = export_request(&routes(&[("/a", 2.0), ("/b", 7.0)]), t(5), &[], &mut starts);
+    let Some(Data::Sum(sum)) = &metrics(&back)[0].data else {
+        panic!()
+    };
+    assert_eq!(sum.data_points[0].start_time_unix_nano, t(1));
+    assert_eq!(sum.data_points[1].start_time_unix_nano, t(4));
+
+    // Delta: the born series' first point is sent whole, from the previous
+    // collection; every point starts where the previous one ended.
+    let mut starts = StartTimes::new(T0, Temporality::Delta);
+    let mut deltas = Deltas::default();
+    let mut push = |values: &[(&str, f64)], n: u64| {
+        sum_points(
+            &delta_push(&mut starts, &mut deltas, &routes(values), t(n), true),
+            "c_total",
+        )
+    };
+    let a = format!("{:?}", pairs(&[("route", "/a")]));
+    let b = format!("{:?}", pairs(&[("route", "/b")]));
+    assert_eq!(push(&[("/a", 1.0)], 1), []);
+    assert_eq!(
+        push(&[("/a", 2.0), ("/b", 5.0)], 2),
+        [(a.clone(), t(1), t(2), 1.0), (b.clone(), t(1), t(2), 5.0)]
+    );
+    assert_eq!(
+        push(&[("/a", 2.0), ("/b", 6.0)], 3),
+        [(a.clone(), t(2), t(3), 0.0), (b.clone(), t(2), t(3), 1.0)]
+    );
+    // Gone (flagged), then back with 3: born again, 3 sent whole.
+    push(&[("/a", 2.0)], 4);
+    assert_eq!(
+        push(&[("/a", 2.0), ("/b", 3.0)], 5),
+        [(a.clone(), t(4), t(5), 0.0), (b.clone(), t(4), t(5), 3.0)]
+    );
+    // A series born later that comes with the first collection's series
+    // of another family: histograms too.
+    let histogram = |count: f64| {
+        vec![family(
+            "h",
+            MetricType::Histogram,
+            vec![
+                sample("h_bucket", &[("le", "1.0")], count),
+                sample("h_bucket", &[("le", "+Inf")], count),
+                sample("h_count", &[], count),
+                sample("h_sum", &[], count / 2.0),
+            ],
+        )]
+    };
+    let request = delta_push(&mut starts, &mut deltas, &histogram(4.0), t(6), true);
+    let h = metrics(&request)
+        .iter()
+        .find(|m| m.name == "h")
+        .expect("the born histogram is sent");
+    let Some(Data::Histogram(h)) = &h.data else {
+        panic!()
+    };
+    let p = &h.data_points[0];
+    assert_eq!(
+        (
+            p.start_time_unix_nano,
+            p.count,
+            p.sum,
+            p.bucket_counts.clone()
+        ),
+        (t(5), 4, Some(2.0), vec![4, 0])
+    );
+}
+
+/// Issue 48: a delta push that was dropped (rejected, or given up) lost
+/// its interval's change for good. Deltas are now taken from what the
+/// receiver accepted: the next accepted push carries the change, so the
+/// deltas accepted add up to the cumulative change, for series present at
+/// the first collection (whose first push failed) and born later alike.
+#[test]
+fn the_change_of_a_dropped_delta_push_is_carried_into_the_next_one() {
+    let t = |n: u64| T0 + n * 1_000_000_000;
+    let mut starts = StartTimes::new(T0, Temporality::Delta);
+    let mut deltas = Deltas::default();
+    let mut totals: HashMap<String, f64> = HashMap::new();
+    let mut last_time: HashMap<String, u64> = HashMap::new();
+    let history: [(&[(&str, f64)], bool); 7] = [
+        (&[("/a", 10.0)], false),
+        (&[("/a", 12.0)], false),
+        (&[("/a", 15.0), ("/b", 4.0)], true),
+        (&[("/a", 16.0), ("/b", 6.0), ("/c", 1.0)], false),
+        (&[("/a", 20.0), ("/b", 6.0), ("/c", 3.0)], false),
+        (&[("/a", 21.0), ("/b", 9.0), ("/c", 3.0)], true),
+        (&[("/a", 21.0), ("/b", 9.0), ("/c", 8.0)], true),
+    ];
+    for (n, (values, accepted)) in history.iter().enumerate() {
+        let sent = sum_points(
+            &delta_push(
+                &mut starts,
+                &mut deltas,
+                &routes(values),
+                t(n as u64),
+                *accepted,
+            ),
+            "c_total",
+        );
+        if !accepted {
+            continue;
+        }
+        for (series, start, time, value) in sent {
+            if let Some(&previous) = last_time.get(&series) {
+                assert_eq!(start, previous, "{series} at {n}");
+            }
+            last_time.insert(series.clone(), time);
+            *totals.entry(series).or_default() += value;
+        }
+    }
+    let get = |route: &str| totals[&format!("{:?}", pairs(&[("route", route)]))];
+    // /a: 21 − 10 (its value at the first collection, the base); /b and
+    // /c, born later: their whole values.
+    assert_eq!((get("/a"), get("/b"), get("/c")), (11.0, 9.0, 8.0));
 }

@@ -66,16 +66,25 @@ pub(crate) enum DropReason {
     Rejected,
     /// Still queued when the final flush's deadline passed at shutdown.
     Shutdown,
+    /// Replaced by a newer collection while the receiver asked to wait
+    /// (`Retry-After`): the queue does not grow then.
+    Superseded,
 }
 
 impl DropReason {
-    const ALL: [Self; 3] = [Self::QueueFull, Self::Rejected, Self::Shutdown];
+    const ALL: [Self; 4] = [
+        Self::QueueFull,
+        Self::Rejected,
+        Self::Shutdown,
+        Self::Superseded,
+    ];
 
     fn index(self) -> usize {
         match self {
             Self::QueueFull => 0,
             Self::Rejected => 1,
             Self::Shutdown => 2,
+            Self::Superseded => 3,
         }
     }
 
@@ -85,6 +94,7 @@ impl DropReason {
             Self::QueueFull => "queue_full",
             Self::Rejected => "rejected",
             Self::Shutdown => "shutdown",
+            Self::Superseded => "superseded",
         }
     }
 }
@@ -108,8 +118,8 @@ pub(crate) struct DestinationMetrics {
     requests_sent: AtomicU64,
     samples_rejected: AtomicU64,
     failures: [AtomicU64; 5],
-    collections_dropped: [AtomicU64; 3],
-    samples_dropped: [AtomicU64; 3],
+    collections_dropped: [AtomicU64; 4],
+    samples_dropped: [AtomicU64; 4],
     queue_length: AtomicU64,
     queue_capacity: AtomicU64,
     /// f64 bits.

@@ -20,22 +20,36 @@
 //! specification says. Any other answer drops the collection at once
 //! (sending it again would fail again), counted (`reason="rejected"`) and
 //! logged once per status; the next collection is sent right after. A retry
-//! waits with exponential backoff and jitter (`Backoff`, as the
-//! OpenTelemetry Collector's exporter helper jitters): from
+//! waits the larger of an exponential backoff with jitter (`Backoff`, as the
+//! OpenTelemetry Collector's exporter helper jitters: from
 //! `--push.min-backoff` (30 ms) doubling up to `--push.max-backoff` (5 s),
-//! Prometheus's remote-write queue's defaults. A receiver's `Retry-After`
-//! (seconds or an HTTP date) is honoured as the least wait, never below
-//! the backoff nor above `--push.max-backoff`, so `503` with
-//! `Retry-After: 0` cannot make a loop of requests. An OTLP receiver's
+//! Prometheus's remote-write queue's defaults) and the receiver's
+//! `Retry-After` (seconds or an HTTP date), which is a floor up to
+//! `--push.max-retry-after` (10 m), as the Collector's exporter helper waits
+//! and as Prometheus waits the whole `Retry-After`. `503` with
+//! `Retry-After: 0` waits the backoff, so it cannot make a loop of
+//! requests. While the receiver asks to wait (a `Retry-After` above 0, until
+//! it accepts a request), a new collection replaces the waiting ones
+//! (counted, `reason="superseded"`): the queue does not grow, and the
+//! request after the wait carries the newest values. An OTLP receiver's
 //! partial success (points it rejected in an accepted request) is counted
 //! and logged. When a queue is full the oldest collection makes room for
 //! the newest and is counted as dropped. One log line per change of state
 //! (sending ↔ failing with another reason or status, the queue starting to
 //! overflow, a new partial-success message), not one per attempt.
 //!
+//! With `--push.otlp-temporality=delta` the OTLP queue holds collections
+//! with cumulative values, and the sender converts each when it sends it,
+//! against the values the receiver last accepted (`otlp::Deltas`, owned by
+//! the sender and changed only by an accepted request; a partial success
+//! is an acceptance): the change of a collection dropped or failed is
+//! carried into the next request accepted.
+//!
 //! At shutdown one last collection is queued and the senders get
-//! `--push.flush-deadline` to empty the queues (retrying at once rather than
-//! after their backoff); what is left is counted as dropped (`shutdown`).
+//! `--push.flush-deadline` to send what is queued: after a failure, a
+//! sender makes one more attempt when the wait in force (backoff or
+//! `Retry-After`) ends before the deadline, and none otherwise. What is left
+//! is logged once and counted as dropped (`shutdown`).
 
 use super::client::{self, Authorization};
 
@@ -70,6 +84,9 @@ pub struct PushSettings {
     pub min_backoff: Duration,
     /// The longest wait between retries.
     pub max_backoff: Duration,
+    /// The longest receiver's `Retry-After` honoured
+    /// (`--push.max-retry-after`).
+    pub max_retry_after: Duration,
     /// How OTLP sends monotonic sums and histograms
     /// (`--push.otlp-temporality`).
     pub otlp_temporality: otlp::Temporality,
@@ -104,8 +121,19 @@ impl PushSettings {
 struct Batch {
     /// Order of the collection (tells a batch apart after the queue moved).
     seq: u64,
-    body: Bytes,
+    payload: Payload,
+    /// Its samples (for a delta collection, its points before conversion).
     samples: usize,
+}
+
+/// What a batch sends.
+#[derive(Debug, Clone)]
+enum Payload {
+    /// The request body, as it is sent.
+    Encoded(Bytes),
+    /// An OTLP delta collection, converted when it is sent against what the
+    /// receiver accepted (`otlp::Deltas`, owned by the sender).
+    Delta(Arc<otlp::Collected>),
 }
 
 /// The bounded queue between the collector and one destination's sender.
@@ -115,8 +143,6 @@ struct Queue {
     capacity: usize,
     /// A batch was queued.
     queued: Notify,
-    /// Shutting down: retry now instead of after the backoff.
-    hurry: Notify,
 }
 
 #[derive(Debug, Default)]
@@ -124,6 +150,11 @@ struct Items {
     batches: VecDeque<Batch>,
     /// Whether collections were dropped since the last success (logged once).
     overflowing: bool,
+    /// The receiver asked to wait (`Retry-After`) and has not accepted a
+    /// request since: a new collection replaces the waiting ones.
+    asked_to_wait: bool,
+    /// The batch being sent (never replaced).
+    in_flight: Option<u64>,
 }
 
 impl Queue {
@@ -138,26 +169,29 @@ impl Queue {
 enum Encoder {
     /// The last timestamp sent (milliseconds; strictly increasing).
     RemoteWrite { last_timestamp: i64 },
-    /// The cumulative series' start times.
-    Otlp(otlp::StartTimes),
+    /// The series' start times (and runs, with delta temporality).
+    Otlp(otlp::StartTimes, otlp::Temporality),
 }
 
 impl Encoder {
     fn new(protocol: Protocol, started_nanos: u64, temporality: otlp::Temporality) -> Self {
         match protocol {
             Protocol::RemoteWrite => Self::RemoteWrite { last_timestamp: 0 },
-            Protocol::Otlp => Self::Otlp(otlp::StartTimes::new(started_nanos, temporality)),
+            Protocol::Otlp => Self::Otlp(
+                otlp::StartTimes::new(started_nanos, temporality),
+                temporality,
+            ),
         }
     }
 
-    /// The request body for `families` collected at `now` (Unix seconds),
-    /// and its number of samples (data points for OTLP).
+    /// The payload for `families` collected at `now` (Unix seconds), and
+    /// its number of samples (data points for OTLP).
     fn encode(
         &mut self,
         families: &[crate::model::MetricFamily],
         now: f64,
         labels: &[(String, String)],
-    ) -> (Vec<u8>, usize) {
+    ) -> (Payload, usize) {
         match self {
             Self::RemoteWrite { last_timestamp } => {
                 // Milliseconds, strictly increasing (a clock stepping back
@@ -166,11 +200,21 @@ impl Encoder {
                 *last_timestamp = timestamp;
                 let request = remote_write::write_request(families, timestamp, labels);
                 let samples = request.timeseries.len();
-                (remote_write::encode(&request), samples)
+                (
+                    Payload::Encoded(Bytes::from(remote_write::encode(&request))),
+                    samples,
+                )
             }
-            Self::Otlp(starts) => {
-                let request = otlp::export_request(families, nanos(now), labels, starts);
-                (otlp::encode(&request), otlp::data_points(&request))
+            Self::Otlp(starts, temporality) => {
+                let collected = otlp::collect(families, nanos(now), labels, starts);
+                let samples = otlp::data_points(collected.request());
+                match temporality {
+                    otlp::Temporality::Cumulative => (
+                        Payload::Encoded(Bytes::from(otlp::encode(collected.request()))),
+                        samples,
+                    ),
+                    otlp::Temporality::Delta => (Payload::Delta(Arc::new(collected)), samples),
+                }
             }
         }
     }
@@ -217,6 +261,8 @@ async fn run<F: Feed>(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let started = nanos(unix_now());
+    // The flush's deadline, once shutting down.
+    let (flush, flushing) = watch::channel(None::<Instant>);
     let mut destinations = Vec::new();
     let mut encoders = Vec::new();
     for (protocol, url, client) in clients {
@@ -235,14 +281,18 @@ async fn run<F: Feed>(
             items: Mutex::new(Items::default()),
             capacity: settings.queue_capacity.max(1),
             queued: Notify::new(),
-            hurry: Notify::new(),
         });
         let sender = tokio::spawn(send(
             feed.clone(),
             protocol,
             queue.clone(),
             client,
-            Backoff::new(settings.min_backoff, settings.max_backoff),
+            Backoff::new(
+                settings.min_backoff,
+                settings.max_backoff,
+                settings.max_retry_after,
+            ),
+            flushing.clone(),
         ));
         destinations.push(Destination {
             protocol,
@@ -266,22 +316,21 @@ async fn run<F: Feed>(
             _ = shutdown.changed() => break,
         }
     }
-    // The final flush: the newest values, then whatever is still queued.
-    collector.collect_into(&destinations).await;
+    // The final flush: the newest values, then whatever is still queued,
+    // each sender making at most one more attempt after a failure, when
+    // the wait in force ends before the deadline.
     let deadline = Instant::now() + settings.flush_deadline;
-    while destinations
-        .iter()
-        .any(|d| !d.queue.lock().batches.is_empty())
-        && Instant::now() < deadline
-    {
-        for d in &destinations {
-            d.queue.hurry.notify_one();
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    collector.collect_into(&destinations).await;
+    flush.send_replace(Some(deadline));
     for d in destinations {
-        d.sender.abort();
-        let _ = d.sender.await;
+        let mut sender = d.sender;
+        if tokio::time::timeout_at(deadline.into(), &mut sender)
+            .await
+            .is_err()
+        {
+            sender.abort();
+            let _ = sender.await;
+        }
         let metrics = feed.push_metrics().of(d.protocol);
         let left: Vec<Batch> = d.queue.lock().batches.drain(..).collect();
         metrics.set_queue_length(0);
@@ -294,7 +343,7 @@ async fn run<F: Feed>(
             tracing::warn!(
                 protocol = d.protocol.label(),
                 collections = left.len(),
-                "Shutting down with collections not pushed (--push.flush-deadline passed)."
+                "Shutting down with collections not pushed (the receiver did not take them within --push.flush-deadline)."
             );
         }
     }
@@ -312,7 +361,8 @@ struct Collector<F> {
 
 impl<F: Feed> Collector<F> {
     /// Collects now (on the blocking pool), encodes the collection for each
-    /// destination and queues it, dropping the oldest when a queue is full.
+    /// destination and queues it, dropping the oldest when a queue is full,
+    /// and the waiting ones while the receiver asked to wait.
     async fn collect_into(&mut self, destinations: &[Destination]) {
         let feed = self.feed.clone();
         let labels = self.labels.clone();
@@ -320,14 +370,14 @@ impl<F: Feed> Collector<F> {
         let made = tokio::task::spawn_blocking(move || {
             let served = feed.collect_now();
             let now = unix_now();
-            let bodies: Vec<(Vec<u8>, usize)> = encoders
+            let payloads: Vec<(Payload, usize)> = encoders
                 .iter_mut()
                 .map(|e| e.encode(&served, now, &labels))
                 .collect();
-            (encoders, bodies)
+            (encoders, payloads)
         })
         .await;
-        let (encoders, bodies) = match made {
+        let (encoders, payloads) = match made {
             Ok(made) => made,
             Err(e) => {
                 tracing::error!(error = %e, "The push collection failed (a bug); skipping it.");
@@ -341,13 +391,29 @@ impl<F: Feed> Collector<F> {
         };
         self.encoders = encoders;
         self.seq += 1;
-        for (destination, (body, samples)) in destinations.iter().zip(bodies) {
+        for (destination, (payload, samples)) in destinations.iter().zip(payloads) {
             let metrics = self.feed.push_metrics().of(destination.protocol);
             let queue = &destination.queue;
             let mut items = queue.lock();
+            if items.asked_to_wait {
+                // No queue growth while the receiver asked to wait: the
+                // newest collection replaces the waiting ones (a delta
+                // collection's change is carried: it is taken from what
+                // the receiver accepted).
+                let in_flight = items.in_flight;
+                let mut kept = VecDeque::new();
+                for batch in items.batches.drain(..) {
+                    if Some(batch.seq) == in_flight {
+                        kept.push_back(batch);
+                    } else {
+                        metrics.dropped(DropReason::Superseded, batch.samples);
+                    }
+                }
+                items.batches = kept;
+            }
             items.batches.push_back(Batch {
                 seq: self.seq,
-                body: Bytes::from(body),
+                payload,
                 samples,
             });
             while items.batches.len() > queue.capacity {
@@ -370,39 +436,44 @@ impl<F: Feed> Collector<F> {
     }
 }
 
-/// The waits between retries: exponential, with jitter, within bounds.
+/// The waits between retries: exponential, with jitter, within bounds, and
+/// never shorter than the receiver's `Retry-After` (up to its own cap).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Backoff {
     min: Duration,
     max: Duration,
+    /// The longest `Retry-After` honoured.
+    max_retry_after: Duration,
     /// The next wait before jitter.
     next: Duration,
 }
 
 impl Backoff {
-    /// From `min` doubling up to `max` (at least `min`).
-    pub(crate) fn new(min: Duration, max: Duration) -> Self {
+    /// From `min` doubling up to `max` (at least `min`), honouring a
+    /// `Retry-After` up to `max_retry_after`.
+    pub(crate) fn new(min: Duration, max: Duration, max_retry_after: Duration) -> Self {
         let min = min.max(Duration::from_millis(1));
         let max = max.max(min);
         Self {
             min,
             max,
+            max_retry_after,
             next: min,
         }
     }
 
-    /// The wait before the next retry, at least `retry_after` (the
-    /// receiver's `Retry-After`), within `[min, max]`: the backoff with a
-    /// jitter of ±50 % (`jitter` in `[0, 1)`), as the OpenTelemetry
-    /// Collector's exporter helper randomizes it; the backoff then doubles
-    /// from that wait.
+    /// The wait before the next retry: the larger of the backoff (with a
+    /// jitter of ±50 %, `jitter` in `[0, 1)`, as the OpenTelemetry
+    /// Collector's exporter helper randomizes it, within `[min, max]`) and
+    /// the receiver's `retry_after` (at most `max_retry_after`), as the
+    /// Collector's exporter helper waits; the backoff then doubles.
     pub(crate) fn after(&mut self, retry_after: Option<Duration>, jitter: f64) -> Duration {
-        let jittered = self.next.mul_f64(0.5 + jitter.clamp(0.0, 1.0));
-        let wait = jittered
-            .max(retry_after.unwrap_or_default())
+        let backoff = self
+            .next
+            .mul_f64(0.5 + jitter.clamp(0.0, 1.0))
             .clamp(self.min, self.max);
-        self.next = (wait * 2).clamp(self.min, self.max);
-        wait
+        self.next = (backoff * 2).clamp(self.min, self.max);
+        backoff.max(retry_after.unwrap_or_default().min(self.max_retry_after))
     }
 
     /// A request went through: the next failure starts from the minimum.
@@ -421,38 +492,100 @@ fn jitter() -> f64 {
     (bits >> 11) as f64 / (1u64 << 53) as f64
 }
 
-/// Sends the queue's batches oldest first, forever (aborted at shutdown).
+/// A batch's request body, its samples, and (delta) what the receiver will
+/// have accepted if it accepts it.
+type Prepared = (Bytes, usize, Option<otlp::Converted>);
+
+/// The body of `batch`: as queued, or converted against `deltas` (on the
+/// blocking pool: a conversion and gzip of a large collection).
+async fn prepare(batch: &Batch, deltas: &mut otlp::Deltas) -> Option<Prepared> {
+    let collected = match &batch.payload {
+        Payload::Encoded(body) => return Some((body.clone(), batch.samples, None)),
+        Payload::Delta(collected) => collected.clone(),
+    };
+    let owned = std::mem::take(deltas);
+    let made = tokio::task::spawn_blocking(move || {
+        let converted = owned.convert(&collected);
+        let body = Bytes::from(otlp::encode(converted.request()));
+        (owned, body, converted)
+    })
+    .await;
+    match made {
+        Ok((owned, body, converted)) => {
+            *deltas = owned;
+            let samples = otlp::data_points(converted.request());
+            Some((body, samples, Some(converted)))
+        }
+        Err(e) => {
+            // The accepted values are lost with the task: the next deltas
+            // start again from the series' runs.
+            tracing::error!(error = %e, "The delta conversion failed (a bug); dropping the collection.");
+            None
+        }
+    }
+}
+
+/// Sends the queue's batches oldest first until the flush ends (or is
+/// aborted at its deadline).
 async fn send<F: Feed>(
     feed: Arc<F>,
     protocol: Protocol,
     queue: Arc<Queue>,
     client: client::Client,
     mut backoff: Backoff,
+    mut flushing: watch::Receiver<Option<Instant>>,
 ) {
     let metrics: &DestinationMetrics = feed.push_metrics().of(protocol);
     let mut failing: Option<(FailureReason, Option<u16>)> = None;
     let mut partial: Option<String> = None;
+    let mut deltas = otlp::Deltas::default();
+    // Shutting down, the one attempt after a failure was made.
+    let mut last_attempt = false;
     loop {
-        let front = queue.lock().batches.front().cloned();
+        let front = {
+            let mut items = queue.lock();
+            let front = items.batches.front().cloned();
+            items.in_flight = front.as_ref().map(|b| b.seq);
+            front
+        };
         let Some(batch) = front else {
-            queue.queued.notified().await;
+            if flushing.borrow().is_some() {
+                return;
+            }
+            tokio::select! {
+                _ = queue.queued.notified() => {}
+                changed = flushing.changed() => if changed.is_err() { return },
+            }
             continue;
         };
-        let start = Instant::now();
-        let result = client.send(batch.body.clone()).await;
-        let seconds = start.elapsed().as_secs_f64();
         let remove = |queue: &Queue| {
             let mut items = queue.lock();
+            items.in_flight = None;
             if items.batches.front().is_some_and(|b| b.seq == batch.seq) {
                 items.batches.pop_front();
             }
             metrics.set_queue_length(items.batches.len());
         };
+        let Some((body, samples, converted)) = prepare(&batch, &mut deltas).await else {
+            metrics.dropped(DropReason::Rejected, batch.samples);
+            remove(&queue);
+            continue;
+        };
+        let start = Instant::now();
+        let result = client.send(body.clone()).await;
+        let seconds = start.elapsed().as_secs_f64();
         match result {
             Ok(answer) => {
-                metrics.sent(batch.samples, batch.body.len(), unix_now(), seconds);
+                metrics.sent(samples, body.len(), unix_now(), seconds);
+                if let Some(converted) = converted {
+                    deltas.accept(converted);
+                }
                 remove(&queue);
-                queue.lock().overflowing = false;
+                {
+                    let mut items = queue.lock();
+                    items.overflowing = false;
+                    items.asked_to_wait = false;
+                }
                 backoff.reset();
                 if failing.take().is_some() {
                     tracing::info!(
@@ -488,21 +621,42 @@ async fn send<F: Feed>(
                         status = failed.status,
                         error = %failed.detail,
                         retried = failed.retried,
+                        retry_after_seconds = failed.retry_after.map(|d| d.as_secs_f64()),
                         "Pushing fails: {} did not accept a request.",
                         protocol.receiver()
                     );
                     failing = Some((reason, failed.status));
                 }
-                if failed.retried {
-                    let wait = backoff.after(failed.retry_after, jitter());
-                    tokio::select! {
-                        _ = tokio::time::sleep(wait) => {}
-                        _ = queue.hurry.notified() => {}
-                    }
-                } else {
-                    // Dropped at once: the next collection is not held up.
-                    metrics.dropped(DropReason::Rejected, batch.samples);
+                if !failed.retried {
+                    // Dropped at once: the next collection is not held up
+                    // (a delta collection's change is carried into it).
+                    metrics.dropped(DropReason::Rejected, samples);
                     remove(&queue);
+                    queue.lock().asked_to_wait = false;
+                    continue;
+                }
+                {
+                    let mut items = queue.lock();
+                    items.in_flight = None;
+                    items.asked_to_wait = failed.retry_after.is_some_and(|d| !d.is_zero());
+                }
+                let until = Instant::now() + backoff.after(failed.retry_after, jitter());
+                // The wait in force, even shutting down: then one more
+                // attempt if the wait ends before the flush's deadline.
+                loop {
+                    let deadline = *flushing.borrow_and_update();
+                    if let Some(deadline) = deadline {
+                        if last_attempt || until > deadline {
+                            return;
+                        }
+                        last_attempt = true;
+                        tokio::time::sleep_until(until.into()).await;
+                        break;
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(until.into()) => break,
+                        changed = flushing.changed() => if changed.is_err() { return },
+                    }
                 }
             }
         }

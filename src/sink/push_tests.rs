@@ -109,6 +109,7 @@ fn settings() -> PushSettings {
         queue_capacity: 100,
         min_backoff: Duration::from_millis(30),
         max_backoff: Duration::from_millis(50),
+        max_retry_after: Duration::from_secs(600),
         otlp_temporality: otlp::Temporality::Cumulative,
         flush_deadline: Duration::from_secs(2),
         labels: Vec::new(),
@@ -284,8 +285,8 @@ async fn otlp_honours_retry_after_counts_partial_success_and_gets_the_same_colle
     push_until(&feed, settings, || otlp_received.lock().unwrap().len() >= 5).await;
 
     let otlp_received = otlp_received.lock().unwrap().clone();
-    // The 503's Retry-After (1 s) was waited for, not the 30 ms backoff.
-    assert_eq!(otlp_received[0].2, otlp_received[1].2);
+    // The 503's Retry-After (1 s) was waited for, not the 30 ms backoff,
+    // and the newest collection replaced the waiting one.
     assert!(otlp_received[1].0 - otlp_received[0].0 >= Duration::from_secs(1));
     let mut otlp_values = Vec::new();
     for (_, headers, body) in &otlp_received {
@@ -328,11 +329,15 @@ async fn otlp_honours_retry_after_counts_partial_success_and_gets_the_same_colle
                 .value
         })
         .collect();
-    // Both destinations got the same collections (one collection each time),
-    // and the retried one was not lost.
-    otlp_values.dedup();
-    assert_eq!(otlp_values[..], rw_values[..otlp_values.len()]);
+    // Both destinations got the same collections (one collection each
+    // time), OTLP without those superseded during the Retry-After.
     assert_eq!(otlp_values[0], 1.0);
+    assert!(otlp_values[1] > 2.0, "{otlp_values:?}");
+    assert!(
+        otlp_values.windows(2).all(|w| w[0] < w[1]),
+        "{otlp_values:?}"
+    );
+    assert!(otlp_values.iter().all(|v| rw_values.contains(v)));
     let text = self_metrics_text(&feed);
     for line in [
         "multiproc_exporter_push_samples_rejected_total{protocol=\"otlp\"} 2.0\n",
@@ -364,12 +369,15 @@ fn retry_after_is_seconds_or_an_http_date() {
 }
 
 /// Issue 41: `503` with `Retry-After: 0` made a tight loop (750 requests a
-/// second); `Retry-After` is now the least wait, within the backoff's
-/// bounds, which double with jitter.
+/// second); `Retry-After: 0` now waits the backoff, which doubles with
+/// jitter. Issue 48: a longer `Retry-After` was cut to `--push.max-backoff`
+/// (a receiver asking for 60 s got a request every 5 s); it is now a floor
+/// up to `--push.max-retry-after`.
 #[test]
-fn the_backoff_doubles_with_jitter_and_bounds_retry_after() {
+fn the_backoff_doubles_with_jitter_and_retry_after_is_a_floor() {
     let (min, max) = (Duration::from_millis(30), Duration::from_secs(5));
-    let mut backoff = Backoff::new(min, max);
+    let cap = Duration::from_secs(600);
+    let mut backoff = Backoff::new(min, max, cap);
     // Retry-After: 0 waits the backoff, doubling from 30 ms up to 5 s.
     let waits: Vec<Duration> = (0..12)
         .map(|_| backoff.after(Some(Duration::ZERO), 0.5))
@@ -380,17 +388,27 @@ fn the_backoff_doubles_with_jitter_and_bounds_retry_after() {
     let total: Duration = waits[..9].iter().sum();
     assert!(total >= Duration::from_secs(7), "{waits:?}");
     // Jitter: ±50 %, never past the bounds.
-    let mut backoff = Backoff::new(min, max);
+    let mut backoff = Backoff::new(min, max, cap);
     backoff.after(None, 0.5);
     let low = backoff.after(None, 0.0);
-    let mut other = Backoff::new(min, max);
+    let mut other = Backoff::new(min, max, cap);
     other.after(None, 0.5);
     let high = other.after(None, 0.999);
     assert!(low < high && low >= min && high <= max, "{low:?} {high:?}");
-    // A long Retry-After is honoured up to the maximum, a short one is a floor.
-    let mut backoff = Backoff::new(min, max);
-    assert_eq!(backoff.after(Some(Duration::from_secs(3600)), 0.5), max);
-    let mut backoff = Backoff::new(min, max);
+    // Retry-After is a floor beyond the maximum backoff, up to its cap; the
+    // backoff keeps doubling from its own waits.
+    let mut backoff = Backoff::new(min, max, cap);
+    let sixty = Duration::from_secs(60);
+    assert_eq!(backoff.after(Some(sixty), 0.5), sixty);
+    assert_eq!(backoff.after(Some(sixty), 0.5), sixty);
+    assert_eq!(backoff.after(None, 0.5), min * 4);
+    assert_eq!(backoff.after(Some(Duration::from_secs(3600)), 0.5), cap);
+    assert_eq!(
+        Backoff::new(min, max, Duration::ZERO).after(Some(sixty), 0.5),
+        min,
+        "--push.max-retry-after=0 ignores Retry-After"
+    );
+    let mut backoff = Backoff::new(min, max, cap);
     assert_eq!(
         backoff.after(Some(Duration::from_secs(1)), 0.5),
         Duration::from_secs(1)
@@ -398,4 +416,121 @@ fn the_backoff_doubles_with_jitter_and_bounds_retry_after() {
     // A success starts again from the minimum.
     backoff.reset();
     assert_eq!(backoff.after(None, 0.5), min);
+}
+
+/// `multiproc_exporter_push_collections_dropped_total` of `protocol` for
+/// `reason` in the self-metrics' `text`.
+fn dropped(text: &str, protocol: &str, reason: &str) -> f64 {
+    let series = format!(
+        "multiproc_exporter_push_collections_dropped_total{{protocol=\"{protocol}\",reason=\"{reason}\"}} "
+    );
+    text.lines()
+        .find_map(|l| l.strip_prefix(&series)?.parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+}
+
+/// The value of `vllm:requests_total` in a delta request (None: no point).
+fn delta_value(body: &[u8]) -> Option<f64> {
+    let request = otlp::decode(body).unwrap();
+    let metric = request.resource_metrics[0].scope_metrics[0]
+        .metrics
+        .iter()
+        .find(|m| m.name == "vllm:requests_total")?;
+    let Some(Data::Sum(sum)) = &metric.data else {
+        panic!("{metric:?}")
+    };
+    assert_eq!(sum.aggregation_temporality, 2 - 1, "delta");
+    let Some(number_data_point::Value::AsDouble(v)) = sum.data_points[0].value else {
+        panic!()
+    };
+    Some(v)
+}
+
+/// Issue 48: while the receiver asked to wait (`429` with `Retry-After`),
+/// the next request waited only `--push.max-backoff`, and the queue grew
+/// by a collection every interval. Now the wait is the `Retry-After`, the
+/// newest collection replaces the waiting one (counted `superseded`), and
+/// with delta temporality the change of every collection in between is in
+/// the request after the wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_is_waited_and_the_newest_collection_replaces_the_waiting_one() {
+    let (url, received) = receiver(
+        "/v1/metrics",
+        vec![(429, vec![("retry-after", "2")], Vec::new())],
+    )
+    .await;
+    let feed = Arc::new(FakeFeed::default());
+    let settings = PushSettings {
+        otlp_url: Some(url.parse().unwrap()),
+        otlp_temporality: otlp::Temporality::Delta,
+        ..settings()
+    };
+    push_until(&feed, settings, || received.lock().unwrap().len() >= 3).await;
+    let received = received.lock().unwrap().clone();
+    // The first collection (its base) was refused; the second request came
+    // after the 2 s asked for (not after the 50 ms maximum backoff), with
+    // the newest collection: its delta is everything since the first one.
+    assert!(
+        received[1].0 - received[0].0 >= Duration::from_secs(2),
+        "{:?}",
+        received[1].0 - received[0].0
+    );
+    assert_eq!(delta_value(&received[0].2), None);
+    // The request after the wait carries collection k (the fake's counter
+    // is the collection's number): its delta is k − 1, the change since the
+    // first (the base), and collections 2 … k − 1 were superseded.
+    let second = delta_value(&received[1].2).expect("a delta");
+    let k = second + 1.0;
+    let text = self_metrics_text(&feed);
+    let superseded = dropped(&text, "otlp", "superseded");
+    assert!(k >= 3.0 && superseded >= k - 2.0, "k = {k}\n{text}");
+    // All deltas add up: the collections counted 1, 2, …; the first is
+    // the base.
+    let total: f64 = received.iter().filter_map(|r| delta_value(&r.2)).sum();
+    let collections = feed.collections.load(Ordering::SeqCst) as f64;
+    assert!(total <= collections - 1.0 && total >= second, "{total}");
+}
+
+/// Issue 48: after SIGTERM the sender retried every 20 ms until the flush
+/// deadline (38 requests in 0.8 s to a receiver answering `429`). Now it
+/// makes one last attempt when the wait in force ends before the deadline,
+/// and none when it does not; what is left is counted once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_makes_one_last_attempt_that_respects_the_wait() {
+    for (retry_after, most) in [("1", 2), ("30", 1)] {
+        let answers = (0..1000)
+            .map(|_| (429, vec![("retry-after", retry_after)], Vec::new()))
+            .collect();
+        let (url, received) = receiver("/api/v1/write", answers).await;
+        let feed = Arc::new(FakeFeed::default());
+        let settings = PushSettings {
+            remote_write_url: Some(url.parse().unwrap()),
+            flush_deadline: Duration::from_secs(3),
+            ..settings()
+        };
+        let (stop, stopped) = watch::channel(false);
+        let pusher = start(feed.clone(), settings, stopped).unwrap();
+        for _ in 0..400 {
+            if !received.lock().unwrap().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let before = received.lock().unwrap().len();
+        stop.send(true).unwrap();
+        pusher.await.unwrap();
+        let after = received.lock().unwrap().len() - before;
+        assert!(
+            after <= most,
+            "Retry-After {retry_after}: {after} requests after the signal"
+        );
+        // What was left is counted (the newest collection, and the one in
+        // flight at the signal if any).
+        let text = self_metrics_text(&feed);
+        let left = dropped(&text, "remote_write", "shutdown");
+        assert!(
+            (1.0..=2.0).contains(&left),
+            "Retry-After {retry_after}: {text}"
+        );
+    }
 }

@@ -47,6 +47,7 @@ mod first_hour;
 mod gateway_parser;
 mod negotiation_e2e;
 mod otlp;
+mod otlp_delta;
 mod prometheus_e2e;
 mod push;
 mod queries_e2e;

@@ -33,7 +33,7 @@ fn counter_and_receiver(python: &Path, args: &[&str]) -> (tempfile::TempDir, Pat
 }
 
 /// The test receiver (killed on drop).
-struct Receiver {
+pub(crate) struct Receiver {
     child: Child,
     port: u16,
     out: PathBuf,
@@ -47,7 +47,7 @@ impl Receiver {
     }
 
     /// Starts the receiver with `args` (`--status CODE`, `--reject N`).
-    fn start_with(python: &Path, out: &Path, port: u16, args: &[&str]) -> Receiver {
+    pub(crate) fn start_with(python: &Path, out: &Path, port: u16, args: &[&str]) -> Receiver {
         let mut child = Command::new(python)
             .arg(repo_root().join("tests/python/otlp_receiver.py"))
             .arg(out)
@@ -72,12 +72,12 @@ impl Receiver {
         }
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://127.0.0.1:{}/v1/metrics", self.port)
     }
 
     /// Every request received so far, decoded.
-    fn requests(&self) -> Vec<Value> {
+    pub(crate) fn requests(&self) -> Vec<Value> {
         let text = std::fs::read_to_string(&self.out).unwrap_or_default();
         // Only whole lines: the receiver may be writing the last one.
         let whole = text.rfind('\n').map_or("", |end| &text[..end]);
@@ -96,20 +96,20 @@ impl Drop for Receiver {
 }
 
 /// A float as the receiver writes it (Python's repr).
-fn float(v: &Value) -> f64 {
+pub(crate) fn float(v: &Value) -> f64 {
     v.as_str()
         .expect("a float string")
         .parse()
         .expect("a float")
 }
 
-fn metrics(request: &Value) -> &Vec<Value> {
+pub(crate) fn metrics(request: &Value) -> &Vec<Value> {
     request["resources"][0]["scopes"][0]["metrics"]
         .as_array()
         .expect("metrics")
 }
 
-fn attributes(point: &Value) -> BTreeMap<String, String> {
+pub(crate) fn attributes(point: &Value) -> BTreeMap<String, String> {
     serde_json::from_value(point["attributes"].clone()).expect("attributes")
 }
 
@@ -326,7 +326,7 @@ fn write_with_prometheus_client(python: &Path, dir: &Path) {
     );
 }
 
-fn pushing_exporter(dir: &Path, url: &str, extra: &[&str]) -> Exporter {
+pub(crate) fn pushing_exporter(dir: &Path, url: &str, extra: &[&str]) -> Exporter {
     let mut args = vec![
         "--dir",
         dir.to_str().expect("utf-8"),
@@ -795,18 +795,7 @@ fn delta_pushes_of_real_writers_add_up_to_the_cumulative_values() {
             }
         });
     // The cumulative values are prometheus_client's own merge.
-    let merged = run_python(
-        &python,
-        "import sys\n\
-         from prometheus_client import CollectorRegistry, generate_latest\n\
-         from prometheus_client.multiprocess import MultiProcessCollector\n\
-         r = CollectorRegistry()\n\
-         MultiProcessCollector(r, path=sys.argv[1])\n\
-         sys.stdout.write(generate_latest(r).decode())\n",
-        &[dir.to_str().expect("utf-8")],
-        &[],
-    );
-    let python_total = Exposition::parse(&merged)
+    let python_total = prometheus_client_merge(&python, &dir)
         .named("vllm:prompt_tokens_total")
         .map(|s| s.value)
         .sum::<f64>();
@@ -817,4 +806,21 @@ fn delta_pushes_of_real_writers_add_up_to_the_cumulative_values() {
         .sum();
     assert_eq!(pushed_total, python_total);
     assert!(deltas.values().any(|v| *v > 0.0), "{deltas:?}");
+}
+
+/// prometheus_client's own merge of the directory `dir` (its
+/// `MultiProcessCollector`), parsed.
+pub(crate) fn prometheus_client_merge(python: &Path, dir: &Path) -> Exposition {
+    let text = run_python(
+        python,
+        "import sys\n\
+         from prometheus_client import CollectorRegistry, generate_latest\n\
+         from prometheus_client.multiprocess import MultiProcessCollector\n\
+         r = CollectorRegistry()\n\
+         MultiProcessCollector(r, path=sys.argv[1])\n\
+         sys.stdout.write(generate_latest(r).decode())\n",
+        &[dir.to_str().expect("utf-8")],
+        &[],
+    );
+    Exposition::parse(&text)
 }

@@ -361,6 +361,14 @@ fn pushes_over_tls_with_basic_auth_and_counts_refusals() {
 /// A receiver that answers every request with `status` and counts them
 /// (a thread; `Connection: close` after each answer).
 fn answering(status: u16) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    answering_with(status, "")
+}
+
+/// [`answering`] with `headers` (whole lines, `\r\n` ended) in each answer.
+fn answering_with(
+    status: u16,
+    headers: &'static str,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     use std::io::{BufRead, BufReader, Read, Write};
     use std::sync::atomic::{AtomicUsize, Ordering};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -386,7 +394,7 @@ fn answering(status: u16) -> (String, std::sync::Arc<std::sync::atomic::AtomicUs
             counted.fetch_add(1, Ordering::SeqCst);
             let _ = write!(
                 stream,
-                "HTTP/1.1 {status} Test\r\nContent-Length: 4\r\nConnection: close\r\n\r\nfail"
+                "HTTP/1.1 {status} Test\r\n{headers}Content-Length: 4\r\nConnection: close\r\n\r\nfail"
             );
         }
     });
@@ -424,4 +432,95 @@ fn a_500_is_retried_for_remote_write() {
         .collect();
     assert!(!rejected.is_empty(), "{body}");
     assert!(rejected.iter().all(|l| l.ends_with(" 0.0")), "{rejected:?}");
+}
+
+/// An exporter of `dir` pushing every second to both receivers (the OTLP
+/// one's URL given as [`answering`] makes it).
+fn pushing_to_both(dir: &Path, remote_write: &str, otlp: &str) -> Exporter {
+    let otlp = otlp.replace("/api/v1/write", "/v1/metrics");
+    Exporter::start(&[
+        "--dir",
+        dir.to_str().expect("utf-8"),
+        "--push.remote-write-url",
+        remote_write,
+        "--push.otlp-url",
+        &otlp,
+        "--push.interval",
+        "1s",
+    ])
+}
+
+/// Issue 48: a receiver answering `429` with `Retry-After: 60` got requests
+/// at 0.2, 5.2, 10.2 and 15.2 s (`--push.max-backoff` cut the wait), twelve
+/// times what it asked. Now the wait is at least the `Retry-After`: at most
+/// two requests in 15 s, over remote write and OTLP alike (one exporter
+/// pushing to both, at 1 s).
+#[test]
+fn a_429_with_retry_after_60_gets_at_most_2_requests_in_15_s() {
+    use std::sync::atomic::Ordering;
+    let tmp = tempfile::tempdir().unwrap();
+    write_counter(tmp.path(), "100", 1.0);
+    let (remote_write, rw_count) = answering_with(429, "Retry-After: 60\r\n");
+    let (otlp, otlp_count) = answering_with(429, "Retry-After: 60\r\n");
+    let exporter = pushing_to_both(tmp.path(), &remote_write, &otlp);
+    wait_for("a first request to each", || {
+        (rw_count.load(Ordering::SeqCst) >= 1 && otlp_count.load(Ordering::SeqCst) >= 1)
+            .then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(15));
+    for (protocol, count) in [("remote_write", &rw_count), ("otlp", &otlp_count)] {
+        let requests = count.load(Ordering::SeqCst);
+        assert!(requests <= 2, "{protocol}: {requests} requests in 15 s");
+        // The queue does not grow while the receiver asks to wait.
+        let body = exporter.metrics();
+        let queued = sample_value(
+            &body,
+            &format!("multiproc_exporter_push_queue_length{{protocol=\"{protocol}\"}}"),
+        );
+        assert!(queued.is_some_and(|q| q <= 1.0), "{protocol}: {queued:?}");
+        let superseded = sample_value(
+            &body,
+            &format!("multiproc_exporter_push_collections_dropped_total{{protocol=\"{protocol}\",reason=\"superseded\"}}"),
+        );
+        assert!(
+            superseded.is_some_and(|n| n >= 5.0),
+            "{protocol}: {superseded:?}"
+        );
+    }
+    assert_eq!(exporter.get("/-/healthy").status, 200);
+}
+
+/// Issue 48: after SIGTERM the sender woke every 20 ms until the flush
+/// deadline: 38 requests in 0.8 s, 225 in another run, to a receiver
+/// answering `429`. Now it makes one last attempt within the grace period
+/// that respects the wait in force, and logs once what it could not send.
+#[test]
+fn sigterm_while_the_receiver_answers_429_makes_at_most_3_requests() {
+    use std::sync::atomic::Ordering;
+    let tmp = tempfile::tempdir().unwrap();
+    write_counter(tmp.path(), "100", 1.0);
+    let (remote_write, rw_count) = answering_with(429, "Retry-After: 1\r\n");
+    let (otlp, otlp_count) = answering(429);
+    let mut exporter = pushing_to_both(tmp.path(), &remote_write, &otlp);
+    wait_for("failed requests to each", || {
+        (rw_count.load(Ordering::SeqCst) >= 1 && otlp_count.load(Ordering::SeqCst) >= 3)
+            .then_some(())
+    });
+    let before = [
+        rw_count.load(Ordering::SeqCst),
+        otlp_count.load(Ordering::SeqCst),
+    ];
+    exporter.signal("TERM");
+    assert!(exporter.wait_exit().success());
+    for (protocol, count, before) in [
+        ("remote_write", &rw_count, before[0]),
+        ("otlp", &otlp_count, before[1]),
+    ] {
+        let after = count.load(Ordering::SeqCst) - before;
+        assert!(after <= 3, "{protocol}: {after} requests after SIGTERM");
+    }
+    let logged = exporter.logs_with(
+        "Shutting down with collections not pushed (the receiver did not take them within --push.flush-deadline).",
+    );
+    assert_eq!(logged.len(), 2, "{:#?}", exporter.logs());
 }

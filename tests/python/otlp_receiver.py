@@ -10,8 +10,12 @@ Floats are written as Python's repr (``nan``, ``inf``, ``-inf`` included) so
 that the Rust side reads them back exactly.
 
 Usage: otlp_receiver.py OUT.jsonl PORT [--status CODE] [--retry-after VALUE] [--reject N]
+                       [--status-file PATH]
 ``--status`` answers every request with CODE (after recording it), with a
-``Retry-After: VALUE`` header when ``--retry-after`` is given; by default
+``Retry-After: VALUE`` header when ``--retry-after`` is given;
+``--status-file`` answers with the code written in PATH while it exists
+(the test turns failures on and off); each line records the status
+answered (``status``); by default
 the answer is 200 with an ExportMetricsServiceResponse, empty unless
 ``--reject N`` makes it a partial success rejecting N data points.
 The listening port is printed on standard output once it is bound.
@@ -120,6 +124,7 @@ def main():
     parser.add_argument("--status", type=int, default=200)
     parser.add_argument("--reject", type=int, default=0)
     parser.add_argument("--retry-after", default=None)
+    parser.add_argument("--status-file", default=None)
     args = parser.parse_args()
     out = open(args.out, "a", encoding="utf-8")
 
@@ -150,10 +155,19 @@ def main():
                 request.ParseFromString(body)
             except Exception as e:  # noqa: BLE001 - any undecodable body is a 400
                 return self.answer(400, str(e).encode(), "text/plain")
-            out.write(json.dumps(request_json(request, headers)) + "\n")
+            status = args.status
+            if args.status_file is not None:
+                try:
+                    with open(args.status_file, encoding="utf-8") as f:
+                        status = int(f.read().strip())
+                except (OSError, ValueError):
+                    pass
+            record = request_json(request, headers)
+            record["status"] = status
+            out.write(json.dumps(record) + "\n")
             out.flush()
-            if args.status != 200:
-                return self.answer(args.status, b"refused by the test", "text/plain")
+            if status != 200:
+                return self.answer(status, b"refused by the test", "text/plain")
             response = metrics_service_pb2.ExportMetricsServiceResponse()
             if args.reject:
                 response.partial_success.rejected_data_points = args.reject
