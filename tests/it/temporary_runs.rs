@@ -9,6 +9,7 @@ use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
+use crate::support::shapes::Shape;
 use crate::support::{
     self, listing_order, merged_part, python, python_exposition, repo_root, sample_value, Exporter,
 };
@@ -209,7 +210,11 @@ const ARGS: &[&str] = &["--writers.disable-process-metrics"];
 #[test]
 fn a_killed_sglang_run_is_left_out_and_reported_and_the_new_run_served_alone() {
     let Some(python) = python() else { return };
-    for liveness in ["auto", "off"] {
+    let shapes = Shape::each();
+    let cases = shapes
+        .iter()
+        .flat_map(|shape| ["auto", "off"].map(|liveness| (*shape, liveness)));
+    for (shape, liveness) in cases {
         let shared = tempfile::tempdir().unwrap();
         let dir = shared.path();
         let first = Server::start(&python, "sglang", 1, None, dir);
@@ -220,7 +225,7 @@ fn a_killed_sglang_run_is_left_out_and_reported_and_the_new_run_served_alone() {
         );
         let dir_arg = dir.to_str().unwrap();
         let exporter =
-            Exporter::start(&[ARGS, &["--dir", dir_arg, "--writers.liveness", liveness]].concat());
+            shape.start(&[ARGS, &["--dir", dir_arg, "--writers.liveness", liveness]].concat());
         // The run is served with default flags, byte for byte as
         // prometheus_client merges the subdirectory, without a label.
         serves(&exporter, &python_merge_of(&python, &first.written));
@@ -279,32 +284,95 @@ fn a_killed_sglang_run_is_left_out_and_reported_and_the_new_run_served_alone() {
     }
 }
 
+/// Issue 47: a live run idle for 10 minutes was removed while its writer
+/// held its files open (writes through mmap do not move modification
+/// times). A run is removed only when its writers are seen exited; where
+/// pids cannot be seen (the exporter in its own pid namespace) nothing is
+/// removed, and one log line says why.
 #[test]
 fn stale_runs_are_removed_only_with_the_flag_once_their_writers_exited() {
     let Some(python) = python() else { return };
-    let shared = tempfile::tempdir().unwrap();
-    let dir = shared.path();
-    let (old, second) = killed_and_restarted(&python, dir);
-    let exporter = Exporter::start(
-        &[
-            ARGS,
+    for shape in Shape::each() {
+        let shared = tempfile::tempdir().unwrap();
+        let dir = shared.path();
+        let (old, second) = killed_and_restarted(&python, dir);
+        let exporter = shape.start(
             &[
-                "--dir",
-                dir.to_str().unwrap(),
-                "--dir.remove-stale-subdirectories",
-            ],
-        ]
-        .concat(),
-    );
-    let body = serves(&exporter, &python_merge_of(&python, &second.written));
-    assert!(!old.exists(), "its writers were seen dead: removed");
-    assert_eq!(runs_in(dir), vec![second.written.clone()]);
-    assert_eq!(stale_metric(&body), Some(0.0));
-    exporter.sync_logs();
-    assert!(exporter
-        .find_log("Removed a temporary subdirectory left by an earlier run (--dir.remove-stale-subdirectories).")
-        .is_some());
-    second.kill();
+                ARGS,
+                &[
+                    "--dir",
+                    dir.to_str().unwrap(),
+                    "--dir.remove-stale-subdirectories",
+                ],
+            ]
+            .concat(),
+        );
+        let body = serves(&exporter, &python_merge_of(&python, &second.written));
+        let not_removing = "Not removing temporary subdirectories left by earlier runs (--dir.remove-stale-subdirectories): the writers' processes cannot be seen (the exporter runs in a pid namespace of its own, such as a Kubernetes sidecar without shareProcessNamespace), so nothing shows that their writers exited; share the pod's process namespace to have them removed.";
+        if shape.pids_visible() {
+            assert!(!old.exists(), "its writers were seen dead: removed");
+            assert_eq!(runs_in(dir), vec![second.written.clone()]);
+            assert_eq!(stale_metric(&body), Some(0.0));
+            exporter.sync_logs();
+            assert!(exporter
+                .find_log("Removed a temporary subdirectory left by an earlier run (--dir.remove-stale-subdirectories).")
+                .is_some());
+            assert!(exporter.logs_with(not_removing).is_empty());
+        } else {
+            // Pids unseen: kept (and its quiet time is no evidence), left
+            // out, and said once however often it is scraped.
+            for _ in 0..3 {
+                let body = exporter.metrics();
+                assert_eq!(stale_metric(&body), Some(1.0), "{shape:?}");
+            }
+            assert!(old.exists(), "{shape:?}: writers unseen, kept");
+            assert_eq!(runs_in(dir).len(), 2);
+            exporter.sync_logs();
+            assert_eq!(exporter.logs_with(not_removing).len(), 1, "{:#?}", exporter.logs());
+            assert_eq!(stale_paths(&status(&exporter)), vec![old.display().to_string()]);
+        }
+        second.kill();
+    }
+}
+
+/// Issue 47: two live servers (vLLM and SGLang with `TMPDIR` on the shared
+/// volume) each write a temporary subdirectory; from a pid namespace of its
+/// own the exporter served only the newer one. Every run being written is
+/// current in either shape.
+#[test]
+fn two_live_servers_sharing_a_tmpdir_are_both_served_in_either_pid_namespace() {
+    let Some(python) = python() else { return };
+    for shape in Shape::each() {
+        let shared = tempfile::tempdir().unwrap();
+        let dir = shared.path();
+        // The older server keeps serving requests (its files change); the
+        // newer one is idle after its first writes.
+        let busy = Server::start_overloaded(&python, dir);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let idle = Server::start(&python, "trtllm", 2, None, dir);
+        let exporter = shape.start(&[ARGS, &["--dir", dir.to_str().unwrap()]].concat());
+        let mut want = vec![
+            busy.written.display().to_string(),
+            idle.written.display().to_string(),
+        ];
+        want.sort();
+        support::eventually(
+            "both runs current",
+            std::time::Duration::from_secs(20),
+            || {
+                exporter.metrics();
+                let status = status(&exporter);
+                let current = &status["last"]["current_subdirectories"];
+                if *current == serde_json::json!(want) && stale_paths(&status).is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!("{shape:?}: {status:#}"))
+                }
+            },
+        );
+        busy.kill();
+        idle.kill();
+    }
 }
 
 #[test]
