@@ -475,3 +475,101 @@ fn the_status_page_charts_an_sglang_run() {
     assert!(points[2] >= 2, "{points:?}");
     run.kill();
 }
+
+/// Issue 47 (why 6, read in the code): a run listed empty within the same
+/// timestamp tick as its first file stayed "empty" for good (the parent
+/// listing had a settle guard, the run listing none). Kernels with
+/// fine-grained timestamps hide it; an ext2 volume with 128-byte inodes
+/// (one-second timestamps, as old ext3 volumes and many network file
+/// systems) shows it every time: the run is created, surveyed empty, and
+/// given its first file within one second.
+#[test]
+fn a_run_listed_empty_in_the_same_timestamp_tick_as_its_first_file_is_read_once_it_has_one() {
+    let (Some(_), Some(_), Some(_)) = (
+        support::tool("mkfs.ext2"),
+        support::tool("nsenter"),
+        support::tool("curl"),
+    ) else {
+        return;
+    };
+    if !support::is_root() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "needs root in CI (a loop mount)"
+        );
+        eprintln!("skipping: needs root (a loop mount)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let image = tmp.path().join("coarse.img");
+    let mount = tmp.path().join("metrics");
+    std::fs::create_dir(&mount).unwrap();
+    std::fs::File::create(&image)
+        .unwrap()
+        .set_len(16 << 20)
+        .unwrap();
+    let made = Command::new("mkfs.ext2")
+        .args(["-q", "-I", "128"])
+        .arg(&image)
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(made.success(), "mkfs.ext2");
+    let template = tmp.path().join("template.db");
+    support::write_db(
+        &template,
+        &[(support::key("tick", "tick_total", &[], "Ticks."), 7.0)],
+    );
+    // The exporter in a mount namespace of its own with the volume mounted.
+    let launch = support::Launch {
+        wrapper: [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            "mount -o loop \"$0\" \"$1\" && shift && exec \"$@\"",
+        ]
+        .iter()
+        .map(std::ffi::OsString::from)
+        .chain([image.clone().into_os_string(), mount.clone().into_os_string()])
+        .collect(),
+        ..support::Launch::default()
+    };
+    let exporter = Exporter::launch(&[ARGS, &["--dir", mount.to_str().unwrap()]].concat(), &launch);
+    let namespace = format!("--mount=/proc/{}/ns/mnt", exporter.pid());
+    // Create the run, have it surveyed empty, give it its file: in one
+    // second (checked by its times), else again with another run.
+    let mut same_tick = false;
+    for attempt in 0..20 {
+        let script = "d=\"$0\"; mkdir \"$d\" && before=$(stat -c %Y.%Z \"$d\") \
+            && curl -sf \"$1\" > /dev/null && cp \"$2\" \"$d/counter_7.db\" \
+            && [ \"$(stat -c %Y.%Z \"$d\")\" = \"$before\" ] || { rm -rf \"$d\"; exit 1; }";
+        let run = mount.join(format!("tmptick__{attempt:02}"));
+        let status = Command::new("nsenter")
+            .arg(&namespace)
+            .args(["sh", "-c", script])
+            .arg(&run)
+            .arg(format!("{}/metrics", exporter.base))
+            .arg(&template)
+            .status()
+            .unwrap();
+        if status.success() {
+            same_tick = true;
+            break;
+        }
+    }
+    assert!(same_tick, "never within one second");
+    support::eventually(
+        "the run's file served",
+        std::time::Duration::from_secs(8),
+        || {
+            let body = exporter.metrics();
+            match sample_value(&body, "tick_total") {
+                Some(v) if v == 7.0 => Ok(()),
+                _ => Err(body),
+            }
+        },
+    );
+}
