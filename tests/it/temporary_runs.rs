@@ -328,8 +328,16 @@ fn stale_runs_are_removed_only_with_the_flag_once_their_writers_exited() {
             assert!(old.exists(), "{shape:?}: writers unseen, kept");
             assert_eq!(runs_in(dir).len(), 2);
             exporter.sync_logs();
-            assert_eq!(exporter.logs_with(not_removing).len(), 1, "{:#?}", exporter.logs());
-            assert_eq!(stale_paths(&status(&exporter)), vec![old.display().to_string()]);
+            assert_eq!(
+                exporter.logs_with(not_removing).len(),
+                1,
+                "{:#?}",
+                exporter.logs()
+            );
+            assert_eq!(
+                stale_paths(&status(&exporter)),
+                vec![old.display().to_string()]
+            );
         }
         second.kill();
     }
@@ -533,11 +541,17 @@ fn a_run_listed_empty_in_the_same_timestamp_tick_as_its_first_file_is_read_once_
         ]
         .iter()
         .map(std::ffi::OsString::from)
-        .chain([image.clone().into_os_string(), mount.clone().into_os_string()])
+        .chain([
+            image.clone().into_os_string(),
+            mount.clone().into_os_string(),
+        ])
         .collect(),
         ..support::Launch::default()
     };
-    let exporter = Exporter::launch(&[ARGS, &["--dir", mount.to_str().unwrap()]].concat(), &launch);
+    let exporter = Exporter::launch(
+        &[ARGS, &["--dir", mount.to_str().unwrap()]].concat(),
+        &launch,
+    );
     let namespace = format!("--mount=/proc/{}/ns/mnt", exporter.pid());
     // Create the run, have it surveyed empty, give it its file: in one
     // second (checked by its times), else again with another run.
@@ -566,9 +580,10 @@ fn a_run_listed_empty_in_the_same_timestamp_tick_as_its_first_file_is_read_once_
         std::time::Duration::from_secs(8),
         || {
             let body = exporter.metrics();
-            match sample_value(&body, "tick_total") {
-                Some(v) if v == 7.0 => Ok(()),
-                _ => Err(body),
+            if sample_value(&body, "tick_total") == Some(7.0) {
+                Ok(())
+            } else {
+                Err(body)
             }
         },
     );

@@ -22,7 +22,6 @@ use std::io;
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 
-
 use crate::source::temporary::StaleRun;
 
 /// The name a stale run is renamed to before its files are removed: this
@@ -123,7 +122,10 @@ mod tests {
         assert!(removal.failed.is_empty(), "{:?}", removal.failed);
         assert_eq!(removal.removed, vec![runs[0].path.clone()]);
         assert!(!runs[0].path.exists());
-        assert!(runs[1].path.exists(), "quiet for 601 s, writers unseen: kept");
+        assert!(
+            runs[1].path.exists(),
+            "quiet for 601 s, writers unseen: kept"
+        );
         assert!(runs[2].path.exists(), "changed 10 s ago: kept");
     }
 

@@ -28,14 +28,19 @@ fn a_node_agent_in_a_pid_namespace_of_its_own_says_once_that_it_sees_no_process(
             pods.to_str().unwrap(),
         ]);
         if shape.pids_visible() {
-            eventually("the writer's directory", std::time::Duration::from_secs(60), || {
-                let text = exporter.metrics();
-                let visible = sample_value(&text, "multiproc_exporter_discovery_processes_visible");
-                match visible {
-                    Some(v) if v > 0.0 && text.contains("\napp_in_flight{") => Ok(()),
-                    _ => Err(text),
-                }
-            });
+            eventually(
+                "the writer's directory",
+                std::time::Duration::from_secs(60),
+                || {
+                    let text = exporter.metrics();
+                    let visible =
+                        sample_value(&text, "multiproc_exporter_discovery_processes_visible");
+                    match visible {
+                        Some(v) if v > 0.0 && text.contains("\napp_in_flight{") => Ok(()),
+                        _ => Err(text),
+                    }
+                },
+            );
             exporter.sync_logs();
             assert!(exporter.logs_with(ALONE).is_empty());
         } else {

@@ -263,7 +263,10 @@ impl Exporter {
             let children =
                 std::fs::read_to_string(format!("/proc/{wrapper}/task/{wrapper}/children"))
                     .expect("the wrapper's children");
-            exporter.forked = children.split_whitespace().next().map(|p| p.parse().unwrap());
+            exporter.forked = children
+                .split_whitespace()
+                .next()
+                .map(|p| p.parse().unwrap());
             assert!(exporter.forked.is_some(), "the wrapper forked no exporter");
         }
         exporter

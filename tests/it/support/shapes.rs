@@ -52,16 +52,11 @@ impl Shape {
         match self {
             Shape::WritersPidNamespace => launch,
             Shape::OwnPidNamespace => {
-                let mut wrapper: Vec<OsString> = [
-                    "unshare",
-                    "--pid",
-                    "--fork",
-                    "--mount-proc",
-                    "--kill-child",
-                ]
-                .iter()
-                .map(OsString::from)
-                .collect();
+                let mut wrapper: Vec<OsString> =
+                    ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
+                        .iter()
+                        .map(OsString::from)
+                        .collect();
                 wrapper.extend(launch.wrapper.iter().cloned());
                 Launch {
                     wrapper,
