@@ -41,6 +41,7 @@ use std::time::SystemTime;
 
 use rustc_hash::FxHashMap;
 
+use super::discover::scan::is_multiprocess_file_name;
 use super::writers::activity::{layout_of, Layout};
 use super::writers::{RunState, WriterPolicy, Writers, WrittenFile};
 use crate::format::file_name::{is_archive_name, is_listed_name, writer_pid};
@@ -307,7 +308,7 @@ fn identity_of(meta: &std::fs::Metadata) -> Identity {
 }
 
 /// The files of a subdirectory named as prometheus_client names them
-/// (`<kind>_<pid>.db`, or the exporter's archives), with what the writer
+/// (`<kind>_<id>.db` with one of its kinds, or the exporter's archives), with what the writer
 /// check needs of each and their layout.
 fn list_files(dir: &Path) -> Vec<(PathBuf, WrittenFile, Layout)> {
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -333,7 +334,7 @@ fn list_files(dir: &Path) -> Vec<(PathBuf, WrittenFile, Layout)> {
         };
         let name = name.to_string_lossy();
         let (pid, archive) = (writer_pid(&name), is_archive_name(&name));
-        if pid.is_none() && !archive {
+        if !archive && !is_multiprocess_file_name(&name) {
             continue;
         }
         let path = entry.path();
