@@ -44,6 +44,7 @@ impl Differences {
         if !(self.skip_dead_live_gauges || self.drop_dead_gauges || self.process_metrics) {
             return WriterPolicy {
                 temporary_runs: false,
+                collector_writes: true,
                 ..WriterPolicy::exact()
             };
         }
@@ -58,6 +59,9 @@ impl Differences {
             compact_dead: false,
             temporary_runs: false,
             remove_stale_runs: false,
+            // The process that collects may write too (a gunicorn or uvicorn
+            // worker serving /metrics): its own files are live.
+            collector_writes: true,
         }
     }
 }

@@ -122,6 +122,10 @@ pub(crate) fn run(args: DumpFlags) -> ExitCode {
                 "multiproc-exporter: cannot remove {} ({error})",
                 path.display()
             ),
+            Event::StaleRunsUnremovable(dir) => eprintln!(
+                "multiproc-exporter: not removing stale temporary subdirectories of {}: their writers' processes cannot be seen",
+                dir.display()
+            ),
             Event::SubdirectoryAppeared(_) | Event::SubdirectoryGone(_) => {}
         }
     }

@@ -109,6 +109,9 @@ impl DirectoryFlags {
                 compact_dead: self.compact_dead_writers,
                 temporary_runs: !self.ignore_temporary_subdirectories,
                 remove_stale_runs: self.remove_stale_subdirectories,
+                // The binary writes no metric file (see
+                // `crate::source::writers`).
+                collector_writes: false,
             },
         })
     }

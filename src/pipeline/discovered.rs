@@ -259,6 +259,10 @@ pub struct DiscoveryReport {
     /// The last scan's count of processes whose descriptors could not be
     /// read.
     pub processes_unreadable: usize,
+    /// The processes other than the exporter's own that the last scan saw
+    /// (read or not): 0 when it runs in a pid namespace of its own (a pod
+    /// without `hostPID: true`), where it can find no pod.
+    pub processes_visible: usize,
     /// The parts that went past a cap or their share of the scrape, or have
     /// directories not kept open (only those).
     pub parts: Vec<PartCost>,
@@ -314,6 +318,8 @@ pub struct DiscoveredReader {
     /// The last scan's problems and unreadable processes.
     problems: Vec<ProblemReport>,
     processes_unreadable: usize,
+    /// See [`DiscoveryReport::processes_visible`].
+    processes_visible: usize,
     /// How many directories may be kept open.
     max_kept: Option<usize>,
     /// The scrape's own timeout (Prometheus's header), if shorter.
@@ -349,6 +355,7 @@ impl DiscoveredReader {
             suffixed: Suffixed::default(),
             problems: Vec::new(),
             processes_unreadable: 0,
+            processes_visible: 0,
             max_kept,
             request_timeout: None,
         }
@@ -529,6 +536,7 @@ impl DiscoveredReader {
                 targets,
                 problems: self.problems.clone(),
                 processes_unreadable: self.processes_unreadable,
+                processes_visible: self.processes_visible,
                 parts: costs,
                 kept: (self.discovery.kept(), self.max_kept),
             },
@@ -578,6 +586,7 @@ impl DiscoveredReader {
         let problems: Vec<ProblemReport> = refresh.problems.iter().map(problem_report).collect();
         self.problems = problems.clone();
         self.processes_unreadable = refresh.unreadable.len();
+        self.processes_visible = refresh.processes + refresh.unreadable.len();
         self.pending.push(RefreshReport {
             cause,
             processes: refresh.processes,

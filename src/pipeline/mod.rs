@@ -66,6 +66,8 @@ struct TemporaryRuns {
     policy: WriterPolicy,
     runs: Runs,
     reported: std::collections::BTreeSet<PathBuf>,
+    /// Whether [`Event::StaleRunsUnremovable`] was sent (once per process).
+    unremovable_reported: bool,
 }
 
 #[derive(Debug)]
@@ -118,6 +120,11 @@ pub enum Event {
         /// Why.
         error: String,
     },
+    /// With `--dir.remove-stale-subdirectories`: stale runs are kept
+    /// because their writers' pids cannot be seen (the exporter in a pid
+    /// namespace of its own), so nothing shows that their writers exited.
+    /// Sent once.
+    StaleRunsUnremovable(PathBuf),
 }
 
 /// What a collection found in the temporary subdirectories.
@@ -223,6 +230,7 @@ impl Source {
                 policy: self.writer_policy,
                 runs: Runs::new(self.writer_policy),
                 reported: std::collections::BTreeSet::new(),
+                unremovable_reported: false,
             }));
         }
         match &mut self.kind {
@@ -505,11 +513,11 @@ impl TemporaryRuns {
             }
             report.current.extend(survey.current);
             if policy.remove_stale_runs {
-                let removal = compaction::stale_runs::remove(
-                    dir,
-                    &survey.stale,
-                    std::time::SystemTime::now(),
-                );
+                if !survey.pids_visible && !survey.stale.is_empty() && !self.unremovable_reported {
+                    self.unremovable_reported = true;
+                    events.push(Event::StaleRunsUnremovable(dir.clone()));
+                }
+                let removal = compaction::stale_runs::remove(dir, &survey.stale);
                 events.extend(removal.removed.iter().cloned().map(Event::StaleRunRemoved));
                 events.extend(removal.failed.into_iter().map(|(path, error)| {
                     Event::StaleRunNotRemoved {

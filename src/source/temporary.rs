@@ -10,19 +10,29 @@
 //! restart, removed by a clean exit and left behind by a killed server.
 //!
 //! A subdirectory is a *run* when its name is such a name and it holds at
-//! least one `*.db` file (an empty one has nothing to serve or to sum; SGLang
-//! and TensorRT-LLM, given `PROMETHEUS_MULTIPROC_DIR`, leave one empty while
-//! their files go to the directory itself). Of the runs:
+//! least one file named as prometheus_client names them (`<kind>_<pid>.db`)
+//! and laid out as it writes them ([`Layout::Written`]): another program's
+//! `tempfile.mkdtemp()` with a SQLite `cache.db` is not a run, and an empty
+//! subdirectory has nothing to serve or to sum (SGLang and TensorRT-LLM,
+//! given `PROMETHEUS_MULTIPROC_DIR`, leave one empty while their files go to
+//! the directory itself). Which runs are current is asked of
+//! [`super::writers`], the one owner of liveness ([`RunState`]):
 //!
-//! * **current** are those with a live writer, where the writers' processes
-//!   can be seen (the liveness of [`super::writers`]: a shared process
-//!   namespace, a node agent); when none has one (no pid visible, or the
-//!   server down or just restarted), the run created last (its birth time;
-//!   its modification time where the file system keeps none; then its name)
-//!   is current, so the values of a stopped server stay served until its
-//!   next run writes its first file;
-//! * **stale** are the others: left by an earlier run. They are not read,
-//!   and are reported ([`StaleRun`]).
+//! * where the writers' pids can be seen (a shared process namespace, a
+//!   node agent), **current** are the runs with a live writer;
+//! * where they cannot be (a sidecar in a pid namespace of its own), current
+//!   are the runs whose content is seen moving (values or `used` change
+//!   between looks), and the run created last;
+//! * when no run has a live writer (the server down or just restarted), the
+//!   run created last (its birth time; its modification time where the file
+//!   system keeps none; then its name) is current, so the values of a
+//!   stopped server stay served until its next run writes its first file;
+//! * **stale** are the others: left by an earlier run (or idle and unseen).
+//!   They are not read, and are reported ([`StaleRun`]). Only those whose
+//!   writers are all seen to have exited ([`RunState::Dead`]) may be removed.
+//!
+//! Every current run is read with its directory, as prometheus_client's
+//! collector would read their files together.
 
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::MetadataExt as _;
@@ -31,7 +41,9 @@ use std::time::SystemTime;
 
 use rustc_hash::FxHashMap;
 
-use super::writers::{Visibility, WriterPolicy, WriterState, Writers, WrittenFile};
+use super::discover::scan::is_multiprocess_file_name;
+use super::writers::activity::{layout_of, Layout};
+use super::writers::{RunState, WriterPolicy, Writers, WrittenFile};
 use crate::format::file_name::{is_archive_name, is_listed_name, writer_pid};
 
 /// The characters of Python's `tempfile` random names
@@ -55,7 +67,8 @@ pub struct StaleRun {
     /// Its `*.db` files.
     pub files: usize,
     /// Whether every writer of its files is known to have exited (their
-    /// processes can be seen); `false` where they cannot be.
+    /// processes can be seen); `false` where they cannot be. Only such a run
+    /// may be removed.
     pub writers_dead: bool,
     /// When anything in it last changed (the newest modification time of the
     /// subdirectory and its files).
@@ -69,14 +82,21 @@ pub struct Survey {
     pub current: Vec<PathBuf>,
     /// The stale runs, in name order.
     pub stale: Vec<StaleRun>,
+    /// Whether the writers' pids can be seen (else no run is known dead,
+    /// and none may be removed).
+    pub pids_visible: bool,
 }
 
-/// A run as last listed: its files while its identity and times stay the
-/// same (a new or removed entry changes them).
+/// A subdirectory as last listed: its files named as prometheus_client
+/// names them, while its identity and times stay the same (a new or removed
+/// entry changes them) and the listing was made [`SETTLE`] after its last
+/// change (an entry created within the same timestamp tick as the listing
+/// does not change them).
 #[derive(Debug)]
 struct Listed {
     identity: Identity,
-    files: Vec<(PathBuf, WrittenFile)>,
+    settled: bool,
+    files: Vec<(PathBuf, WrittenFile, Layout)>,
 }
 
 /// Tells the current runs of directories from the stale ones, across
@@ -101,6 +121,7 @@ const SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
 struct Found {
     path: PathBuf,
     created: SystemTime,
+    paths: Vec<PathBuf>,
     files: Vec<WrittenFile>,
     last_change: SystemTime,
 }
@@ -138,23 +159,46 @@ impl Runs {
             let fresh = self
                 .listed
                 .get(&path)
-                .is_none_or(|l| l.identity != identity);
+                .is_none_or(|l| l.identity != identity || !l.settled);
             if fresh {
+                let listed_at = SystemTime::now();
                 let files = list_files(&path);
-                self.listed.insert(path.clone(), Listed { identity, files });
+                let settled = meta
+                    .modified()
+                    .is_ok_and(|modified| modified + SETTLE <= listed_at);
+                self.listed.insert(
+                    path.clone(),
+                    Listed {
+                        identity,
+                        settled,
+                        files,
+                    },
+                );
             }
-            let files = &self.listed[&path].files;
+            let listed = self.listed.get_mut(&path).expect("listed above");
+            // A file being created is looked at again until it is laid out.
+            for (file, _, layout) in &mut listed.files {
+                if *layout == Layout::Pending {
+                    *layout = layout_of(file);
+                }
+            }
+            let files: Vec<&(PathBuf, WrittenFile, Layout)> = listed
+                .files
+                .iter()
+                .filter(|(_, _, layout)| *layout == Layout::Written)
+                .collect();
             if files.is_empty() {
                 continue;
             }
             let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
             let last_change = files
                 .iter()
-                .filter_map(|(file, _)| std::fs::metadata(file).ok()?.modified().ok())
+                .filter_map(|(file, _, _)| std::fs::metadata(file).ok()?.modified().ok())
                 .fold(modified, SystemTime::max);
             found.push(Found {
                 created: meta.created().unwrap_or(modified),
-                files: files.iter().map(|(_, w)| *w).collect(),
+                paths: files.iter().map(|(p, _, _)| p.clone()).collect(),
+                files: files.iter().map(|(_, w, _)| *w).collect(),
                 last_change,
                 path,
             });
@@ -196,20 +240,12 @@ impl Runs {
     }
 
     fn decide(&mut self, found: Vec<Found>) -> Survey {
-        let seen = matches!(
-            self.writers.visibility(),
-            Visibility::Confirmed | Visibility::Assumed
-        );
-        let mut states: Vec<Vec<WriterState>> = found
+        let seen = self.writers.pids_visible();
+        let mut states: Vec<_> = found
             .iter()
             .map(|run| self.writers.census(&run.files).states)
             .collect();
-        if !seen
-            && matches!(
-                self.writers.visibility(),
-                Visibility::Confirmed | Visibility::Assumed
-            )
-        {
+        if !seen && self.writers.pids_visible() {
             // A later run's live writer confirmed that writers can be seen:
             // the earlier runs' writers are decided again, now from `/proc`.
             states = found
@@ -217,32 +253,37 @@ impl Runs {
                 .map(|run| self.writers.census(&run.files).states)
                 .collect();
         }
-        let seen = matches!(
-            self.writers.visibility(),
-            Visibility::Confirmed | Visibility::Assumed
-        );
-        let live: Vec<bool> = states
+        let runs: Vec<RunState> = found
             .iter()
-            .map(|s| s.contains(&WriterState::Live))
+            .zip(&states)
+            .map(|(run, states)| {
+                let paths: Vec<&Path> = run.paths.iter().map(PathBuf::as_path).collect();
+                self.writers.run_state(&run.path, &paths, states)
+            })
             .collect();
-        let current: Vec<bool> = if live.iter().any(|l| *l) {
-            live
-        } else {
-            let newest = found
-                .iter()
-                .enumerate()
-                .max_by(|(_, a), (_, b)| (a.created, &a.path).cmp(&(b.created, &b.path)))
-                .map(|(i, _)| i);
-            (0..found.len()).map(|i| Some(i) == newest).collect()
+        self.writers
+            .retain_runs(|run| found.iter().any(|f| f.path == run));
+        let any_live = runs.contains(&RunState::Live);
+        let newest = found
+            .iter()
+            .enumerate()
+            .max_by(|(_, a), (_, b)| (a.created, &a.path).cmp(&(b.created, &b.path)))
+            .map(|(i, _)| i);
+        let mut survey = Survey {
+            pids_visible: self.writers.pids_visible(),
+            ..Survey::default()
         };
-        let mut survey = Survey::default();
-        for ((run, is_current), states) in found.into_iter().zip(current).zip(states) {
-            if is_current {
+        for (i, (run, state)) in found.into_iter().zip(runs).enumerate() {
+            let current = match state {
+                RunState::Live | RunState::Changing => true,
+                RunState::Dead | RunState::Unknown => !any_live && Some(i) == newest,
+            };
+            if current {
                 survey.current.push(run.path);
             } else {
                 survey.stale.push(StaleRun {
                     files: run.files.len(),
-                    writers_dead: seen && states.iter().all(|s| *s == WriterState::Dead),
+                    writers_dead: state == RunState::Dead,
                     last_change: run.last_change,
                     path: run.path,
                 });
@@ -266,8 +307,10 @@ fn identity_of(meta: &std::fs::Metadata) -> Identity {
     )
 }
 
-/// The `*.db` files of a run, with what the writer check needs of each.
-fn list_files(dir: &Path) -> Vec<(PathBuf, WrittenFile)> {
+/// The files of a subdirectory named as prometheus_client names them
+/// (`<kind>_<id>.db` with one of its kinds, or the exporter's archives), with what the writer
+/// check needs of each and their layout.
+fn list_files(dir: &Path) -> Vec<(PathBuf, WrittenFile, Layout)> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
@@ -290,14 +333,21 @@ fn list_files(dir: &Path) -> Vec<(PathBuf, WrittenFile)> {
             continue;
         };
         let name = name.to_string_lossy();
+        let (pid, archive) = (writer_pid(&name), is_archive_name(&name));
+        if !archive && !is_multiprocess_file_name(&name) {
+            continue;
+        }
+        let path = entry.path();
+        let layout = layout_of(&path);
         files.push((
-            entry.path(),
+            path,
             WrittenFile {
-                pid: writer_pid(&name),
+                pid,
                 identity: (meta.dev(), meta.ino()),
                 born: born.as_secs_f64(),
-                archive: is_archive_name(&name),
+                archive,
             },
+            layout,
         ));
     }
     files
@@ -323,11 +373,16 @@ mod tests {
         }
     }
 
+    /// A file as prometheus_client writes one.
+    fn written() -> Vec<u8> {
+        crate::format::layout::file_bytes(&[("[\"c\", \"c_total\", [], []]", 1.0, 0.0)])
+    }
+
     fn run(dir: &Path, name: &str, pids: &[u32]) -> PathBuf {
         let path = dir.join(name);
         std::fs::create_dir(&path).unwrap();
         for pid in pids {
-            std::fs::write(path.join(format!("counter_{pid}.db")), [0u8; 8]).unwrap();
+            std::fs::write(path.join(format!("counter_{pid}.db")), written()).unwrap();
         }
         path
     }
@@ -356,9 +411,15 @@ mod tests {
         std::fs::create_dir(&live).unwrap();
         // A writer holding its file open, as prometheus_client does: the
         // shell's pid names the file and is `sleep`'s after `exec`.
+        let template = dir.path().join("template");
+        std::fs::write(&template, written()).unwrap();
         let mut writer = std::process::Command::new("sh")
-            .args(["-c", "exec 3<>\"$0/counter_$$.db\"; exec sleep 60"])
+            .args([
+                "-c",
+                "cat \"$1\" > \"$0/counter_$$.db\"; exec 3<>\"$0/counter_$$.db\"; exec sleep 60",
+            ])
             .arg(&live)
+            .arg(&template)
             .spawn()
             .unwrap();
         let file = live.join(format!("counter_{}.db", writer.id()));
@@ -383,5 +444,49 @@ mod tests {
         assert!(survey.stale[0].writers_dead);
         writer.kill().unwrap();
         writer.wait().unwrap();
+    }
+
+    /// Issue 47: another program's `tempfile.mkdtemp()` holding a SQLite
+    /// `cache.db` became the "current run", and the application's run was
+    /// left out: no application series at all.
+    #[test]
+    fn a_temporary_directory_with_a_sqlite_cache_db_is_not_a_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let app = run(dir.path(), "tmpapp_____", &[4_000_011]);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let other = dir.path().join("tmpcache___");
+        std::fs::create_dir(&other).unwrap();
+        let mut sqlite = b"SQLite format 3\0".to_vec();
+        sqlite.resize(8192, 0);
+        std::fs::write(other.join("cache.db"), &sqlite).unwrap();
+        // Named as prometheus_client names files, laid out otherwise.
+        std::fs::write(other.join("counter_4000012.db"), &sqlite).unwrap();
+        let mut runs = Runs::new(WriterPolicy::default());
+        let survey = runs.survey(dir.path());
+        assert_eq!(survey.current, vec![app]);
+        assert!(survey.stale.is_empty(), "{:?}", survey.stale);
+    }
+
+    /// Issue 47: in a pid namespace of its own the exporter served only the
+    /// newest of two live runs (vLLM and SGLang sharing a `TMPDIR`).
+    #[test]
+    fn without_visible_pids_an_older_run_whose_files_change_is_current_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let older = run(dir.path(), "tmpolder___", &[4_000_021]);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let newer = run(dir.path(), "tmpnewer___", &[4_000_022]);
+        let mut runs = Runs::new(WriterPolicy::default());
+        let survey = runs.survey(dir.path());
+        assert_eq!(survey.current, vec![newer.clone()]);
+        assert!(!survey.pids_visible);
+        // The older run's writer moves a value in place (as through mmap).
+        let file = older.join("counter_4000021.db");
+        let moved =
+            crate::format::layout::file_bytes(&[("[\"c\", \"c_total\", [], []]", 2.0, 0.0)]);
+        std::fs::write(&file, moved).unwrap();
+        std::thread::sleep(super::super::writers::activity::CHECK_INTERVAL);
+        let survey = runs.survey(dir.path());
+        assert_eq!(survey.current, vec![newer, older]);
+        assert!(survey.stale.is_empty());
     }
 }

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::shapes::Shape;
 use crate::support::{
     dump, eventually, listing_order, merged_part, python, python_exposition, repo_root,
     sample_value, skipped_by_reason, wait_for, Exporter,
@@ -99,17 +100,54 @@ fn value(body: &str, series: &str) -> f64 {
     sample_value(body, series).unwrap_or_else(|| panic!("{series} not in\n{body}"))
 }
 
+/// In both deployment shapes ([`Shape`]): from a pid namespace of its own
+/// the exporter cannot see the writers, says so once, and serves as
+/// prometheus_client does (a killed writer's live gauges stay, no
+/// `process_*`), while a file being created is still pending.
 #[test]
 fn a_killed_writers_live_gauges_vanish_and_what_it_counted_stays() {
     let Some(python) = python() else { return };
+    for shape in Shape::each() {
+        killed_writer_in(shape, &python);
+    }
+}
+
+fn killed_writer_in(shape: Shape, python: &Path) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let a = Writer::start(&python, dir);
-    let mut b = Writer::start(&python, dir);
+    let a = Writer::start(python, dir);
+    let mut b = Writer::start(python, dir);
     let (pid_a, pid_b) = (a.pid(), b.pid());
-    let exporter = Exporter::start(&["--dir", dir.to_str().unwrap()]);
+    let exporter = shape.start(&["--dir", dir.to_str().unwrap()]);
     let start = exporter.find_log("Starting multiproc-exporter.").unwrap();
     assert_eq!(start["writers_liveness"], "auto", "{start}");
+
+    if !shape.pids_visible() {
+        let body = exporter.metrics();
+        assert_eq!(value(&body, "app_in_flight"), 2.0);
+        assert_eq!(value(&body, "multiproc_exporter_writers_visible"), 0.0);
+        assert_eq!(
+            value(&body, "multiproc_exporter_writers{state=\"unknown\"}"),
+            2.0
+        );
+        assert!(!body.contains(&format!("{{pid=\"{pid_a}\"}}")), "{body}");
+        b.hold(&format!("histogram_{pid_b}.db"));
+        let body = exporter.metrics();
+        assert_eq!(value(&body, "multiproc_exporter_scrape_files_pending"), 1.0);
+        a.kill();
+        // Nothing shows that A exited: prometheus_client's output.
+        let body = exporter.metrics();
+        assert_eq!(value(&body, "app_in_flight"), 2.0);
+        assert_eq!(
+            value(&body, "multiproc_exporter_writers{state=\"dead\"}"),
+            0.0
+        );
+        exporter.sync_logs();
+        let said = exporter.logs_with("Writer processes are not visible (another pid namespace, or their open files cannot be read): serving as prometheus_client would; live gauges of writers that exited stay until mark_process_dead. See --writers.liveness and docs/deployment.md.");
+        assert_eq!(said.len(), 1, "{:#?}", exporter.logs());
+        b.kill();
+        return;
+    }
 
     let body = exporter.metrics();
     assert_eq!(value(&body, "app_in_flight"), 2.0);

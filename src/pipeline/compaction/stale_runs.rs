@@ -3,9 +3,13 @@
 //! [`crate::source::temporary`]): with compaction, the only code that writes
 //! to a metrics directory.
 //!
-//! A stale run is removed when its writers are known to have exited, or,
-//! where their processes cannot be seen, when nothing in it has changed for
-//! [`QUIET_BEFORE_REMOVAL`] while a newer run is current. Crash safety: the
+//! A stale run is removed only on positive evidence that its writers are
+//! gone: their pids visible and their processes exited, as
+//! [`crate::source::writers`] (the one owner of liveness) decides. Where pids
+//! cannot be seen (the exporter in a pid namespace of its own) nothing is
+//! removed: a run's modification time is no evidence (prometheus_client
+//! writes through `mmap`, which does not move it, so an idle live run looks
+//! as old as a dead one), and the pipeline says so once. Crash safety: the
 //! subdirectory is first renamed, in one atomic `rename`, to a hidden name
 //! ([`REMOVING_PREFIX`] and its own name), which no survey takes for a run
 //! (so it is never read again, current or stale), then removed with its
@@ -17,17 +21,12 @@
 use std::io;
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
 
 use crate::source::temporary::StaleRun;
 
 /// The name a stale run is renamed to before its files are removed: this
 /// prefix, then its own name.
 pub const REMOVING_PREFIX: &str = ".multiproc-exporter-removing-";
-
-/// How long nothing in a stale run must have changed before it is removed,
-/// where its writers' processes cannot be seen.
-pub const QUIET_BEFORE_REMOVAL: Duration = Duration::from_secs(600);
 
 /// What one round of removal did.
 #[derive(Debug, Default)]
@@ -39,17 +38,17 @@ pub struct Removal {
     pub failed: Vec<(PathBuf, io::Error)>,
 }
 
-/// Whether `run` may be removed at `now`.
-pub fn removable(run: &StaleRun, now: SystemTime) -> bool {
-    run.writers_dead || run.last_change + QUIET_BEFORE_REMOVAL <= now
+/// Whether `run` may be removed: every one of its writers seen exited.
+pub fn removable(run: &StaleRun) -> bool {
+    run.writers_dead
 }
 
 /// Removes the stale runs that [`removable`] allows, after finishing any
 /// removal a crash interrupted in `dir`.
-pub fn remove(dir: &Path, stale: &[StaleRun], now: SystemTime) -> Removal {
+pub fn remove(dir: &Path, stale: &[StaleRun]) -> Removal {
     let mut removal = Removal::default();
     finish(dir, &mut removal);
-    for run in stale.iter().filter(|run| removable(run, now)) {
+    for run in stale.iter().filter(|run| removable(run)) {
         let Some(name) = run.path.file_name() else {
             continue;
         };
@@ -91,6 +90,7 @@ fn finish(dir: &Path, removal: &mut Removal) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::{Duration, SystemTime};
 
     fn stale(path: PathBuf, writers_dead: bool, last_change: SystemTime) -> StaleRun {
         StaleRun {
@@ -101,8 +101,10 @@ mod tests {
         }
     }
 
+    /// Issue 47: a live run idle for 10 minutes was removed while its writer
+    /// held its files open (mmap writes do not move the modification time).
     #[test]
-    fn a_stale_run_is_removed_only_when_its_writers_are_dead_or_it_was_quiet_long_enough() {
+    fn a_stale_run_is_removed_only_when_its_writers_are_seen_dead_never_for_being_quiet() {
         let dir = tempfile::tempdir().unwrap();
         let now = SystemTime::now();
         let mut runs = Vec::new();
@@ -116,13 +118,14 @@ mod tests {
             std::fs::write(path.join("counter_1.db"), [0u8; 8]).unwrap();
             runs.push(stale(path, dead, now - Duration::from_secs(age)));
         }
-        let removal = remove(dir.path(), &runs, now);
+        let removal = remove(dir.path(), &runs);
         assert!(removal.failed.is_empty(), "{:?}", removal.failed);
-        assert_eq!(
-            removal.removed,
-            vec![runs[0].path.clone(), runs[1].path.clone()]
+        assert_eq!(removal.removed, vec![runs[0].path.clone()]);
+        assert!(!runs[0].path.exists());
+        assert!(
+            runs[1].path.exists(),
+            "quiet for 601 s, writers unseen: kept"
         );
-        assert!(!runs[0].path.exists() && !runs[1].path.exists());
         assert!(runs[2].path.exists(), "changed 10 s ago: kept");
     }
 
@@ -135,7 +138,7 @@ mod tests {
         std::fs::write(hidden.join("counter_1.db"), [0u8; 8]).unwrap();
         let kept = dir.path().join("counter_2.db");
         std::fs::write(&kept, [0u8; 8]).unwrap();
-        let removal = remove(dir.path(), &[], SystemTime::now());
+        let removal = remove(dir.path(), &[]);
         assert!(removal.failed.is_empty());
         assert!(!hidden.exists());
         assert!(kept.exists(), "nothing else is touched");

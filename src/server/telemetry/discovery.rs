@@ -33,6 +33,9 @@ pub(crate) struct DiscoveryLog {
     problems: HashSet<(&'static str, String)>,
     /// Whether the last scan had processes it could not read.
     unreadable_processes: bool,
+    /// Whether a scan that saw no process but the exporter's own was logged
+    /// (once per process: the pid namespace does not change).
+    alone_logged: bool,
     /// What was logged about parts that cost more than they may.
     parts: PartCostLog,
 }
@@ -85,6 +88,12 @@ impl DiscoveryLog {
                 );
             }
             self.unreadable_processes = unreadable;
+            if refresh.processes == 0 && refresh.unreadable.is_empty() && !self.alone_logged {
+                self.alone_logged = true;
+                tracing::warn!(
+                    "The node agent sees no process but its own: it runs in a pid namespace of its own (a pod without hostPID: true, a container without --pid=host), so it finds no pod's directory. --discover.processes finds writers through /proc: run it in the host's pid namespace (hostPID: true, as deploy/kubernetes' DaemonSet has)."
+                );
+            }
         }
         self.parts.observe(&report.parts);
     }
@@ -102,6 +111,7 @@ pub(crate) struct DiscoveryMetrics {
 struct Values {
     targets: [usize; 6],
     processes_unreadable: usize,
+    processes_visible: usize,
     last_scan_seconds: f64,
     scans: u64,
     dropped: [u64; 3],
@@ -141,6 +151,7 @@ impl DiscoveryMetrics {
         // A directory found unreadable is a target that cannot be read.
         v.targets[3] += v.problems[0];
         v.processes_unreadable = report.processes_unreadable;
+        v.processes_visible = report.processes_visible;
         for refresh in &report.refreshes {
             v.scans += 1;
             v.last_scan_seconds = refresh.duration.as_secs_f64();
@@ -187,6 +198,11 @@ impl DiscoveryMetrics {
             &format!("{p}discovery_processes_unreadable"),
             "Processes whose open files the last scan of /proc could not read (another user's, without CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH): directories only they write are not found.",
             v.processes_unreadable as f64,
+        );
+        out.gauge(
+            &format!("{p}discovery_processes_visible"),
+            "Processes other than the exporter's own that the last scan of /proc saw: 0 in a pid namespace of its own (a pod without hostPID: true), where no pod can be found.",
+            v.processes_visible as f64,
         );
         out.gauge(
             &format!("{p}discovery_last_scan_duration_seconds"),
@@ -314,6 +330,7 @@ mod tests {
             [
                 "p_discovery_targets",
                 "p_discovery_processes_unreadable",
+                "p_discovery_processes_visible",
                 "p_discovery_last_scan_duration_seconds",
                 "p_discovery_scans",
                 "p_discovery_targets_dropped",

@@ -277,6 +277,10 @@ impl Reporter {
                     writers_dead = run.writers_dead,
                     "Leaving out a temporary subdirectory left by an earlier run of the server (its values are not summed with the current run's); --dir.remove-stale-subdirectories removes such subdirectories."
                 ),
+                Event::StaleRunsUnremovable(dir) => tracing::warn!(
+                    dir = %dir.display(),
+                    "Not removing temporary subdirectories left by earlier runs (--dir.remove-stale-subdirectories): the writers' processes cannot be seen (the exporter runs in a pid namespace of its own, such as a Kubernetes sidecar without shareProcessNamespace), so nothing shows that their writers exited; share the pod's process namespace to have them removed."
+                ),
                 Event::StaleRunRemoved(path) => tracing::info!(
                     path = %path.display(),
                     "Removed a temporary subdirectory left by an earlier run (--dir.remove-stale-subdirectories)."

@@ -16,7 +16,23 @@
 //! every writer is `unknown` and the output is prometheus_client's. The
 //! `proc` mode trusts `/proc` without that evidence (a sidecar sharing the
 //! pod's pid namespace but running as another user); `off` never looks.
+//!
+//! This module is the one owner of liveness: the live gauges, the dead
+//! gauges, the process metrics, the temporary runs
+//! ([`crate::source::temporary`]) and their removal
+//! (`crate::pipeline::compaction::stale_runs`) all ask it, none decides on
+//! its own. Where pids cannot be seen, a group of files (a temporary run) is
+//! told live by its content changing ([`activity`]), never by its
+//! modification time (writes through `mmap` do not move it).
+//!
+//! The process that collects is a writer only where it may write: the
+//! standalone exporter never writes metric files (and holds every file it
+//! reads open, which would make it look like any file's writer), so its own
+//! pid is never a candidate; the Python drop-in collects inside the
+//! application (a gunicorn or uvicorn worker serving `/metrics`), whose own
+//! files are live ([`WriterPolicy::collector_writes`]).
 
+pub mod activity;
 pub mod procfs;
 mod sampled;
 
@@ -25,6 +41,7 @@ pub use sampled::PROCESS_SAMPLE_INTERVAL;
 use crate::model::MetricFamily;
 use rustc_hash::FxHashMap as HashMap;
 use sampled::ProcessSampler;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// How the liveness of writers is decided (`--writers.liveness`).
@@ -70,6 +87,12 @@ pub struct WriterPolicy {
     /// Remove the stale runs (`--dir.remove-stale-subdirectories`; see
     /// `crate::pipeline::compaction::stale_runs`).
     pub remove_stale_runs: bool,
+    /// The collecting process may itself write metric files (the Python
+    /// drop-in inside a gunicorn or uvicorn worker that serves `/metrics`):
+    /// a file named with its own pid that it holds open for writing is a
+    /// live writer's. `false` for the standalone exporter, which writes no
+    /// metric file and holds the files it reads open.
+    pub collector_writes: bool,
 }
 
 impl Default for WriterPolicy {
@@ -84,6 +107,7 @@ impl Default for WriterPolicy {
             compact_dead: false,
             temporary_runs: true,
             remove_stale_runs: false,
+            collector_writes: false,
         }
     }
 }
@@ -104,6 +128,7 @@ impl WriterPolicy {
             compact_dead: false,
             temporary_runs: true,
             remove_stale_runs: false,
+            collector_writes: false,
         }
     }
 }
@@ -211,6 +236,10 @@ struct Candidate {
     start: f64,
     /// The files it holds open; `None` if they cannot be read.
     open: Option<Vec<procfs::OpenFile>>,
+    /// The collecting process itself ([`WriterPolicy::collector_writes`]):
+    /// it holds the files it reads open, so only a descriptor open for
+    /// writing makes it a file's writer.
+    own: bool,
 }
 
 /// What is known of a file's writer.
@@ -255,6 +284,23 @@ pub struct Writers {
     handles: HashMap<u32, procfs::ProcessHandle>,
     /// The live writers' `process_*` values, read once a second at most.
     sampler: ProcessSampler,
+    /// Groups of files whose content is watched where pids cannot be seen.
+    activity: activity::Activity,
+}
+
+/// What the writers of a group of files (a temporary run) are known to be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunState {
+    /// One of its writers is seen alive.
+    Live,
+    /// Pids cannot be seen, and its content moved within
+    /// [`activity::ACTIVE_WINDOW`]: being written.
+    Changing,
+    /// Every one of its writers is seen to have exited (pids visible):
+    /// positive evidence, the only one that allows removing it.
+    Dead,
+    /// Nothing is known (pids cannot be seen and its content is still).
+    Unknown,
 }
 
 /// The states of one collection's files, and the live writers' processes.
@@ -284,7 +330,33 @@ impl Writers {
             revival_checked: None,
             handles: HashMap::default(),
             sampler: ProcessSampler::default(),
+            activity: activity::Activity::default(),
         }
+    }
+
+    /// What the writers of the run `run` are, from its files' writer
+    /// `states` (a census of them) and, where pids cannot be seen, from its
+    /// content (`files`) moving.
+    pub fn run_state(&mut self, run: &Path, files: &[&Path], states: &[WriterState]) -> RunState {
+        if states.contains(&WriterState::Live) {
+            return RunState::Live;
+        }
+        if self.pids_visible() {
+            if !states.is_empty() && states.iter().all(|s| *s == WriterState::Dead) {
+                return RunState::Dead;
+            }
+            return RunState::Unknown;
+        }
+        if self.activity.changing(run, files, Instant::now()) {
+            RunState::Changing
+        } else {
+            RunState::Unknown
+        }
+    }
+
+    /// Forgets the content of the runs `keep` does not keep.
+    pub fn retain_runs(&mut self, keep: impl Fn(&Path) -> bool) {
+        self.activity.retain(keep);
     }
 
     /// The policy applied.
@@ -295,6 +367,12 @@ impl Writers {
     /// Whether writers can be seen, as last decided.
     pub fn visibility(&self) -> Visibility {
         self.visibility
+    }
+
+    /// Whether the writers' pids can be seen (`/proc` is trusted): only then
+    /// is a writer known to be dead.
+    pub fn pids_visible(&self) -> bool {
+        matches!(self.visibility, Visibility::Confirmed | Visibility::Assumed)
     }
 
     /// The state of each file's writer. Dead verdicts are kept (a dead
@@ -415,7 +493,7 @@ impl Writers {
         }
         let mut revived = Vec::new();
         for host in procfs::processes() {
-            if host == self.self_pid {
+            if host == self.self_pid && !self.policy.collector_writes {
                 continue;
             }
             let mut pids: Vec<u32> = Vec::new();
@@ -528,9 +606,9 @@ impl Writers {
             let earlier = c.start <= file.born + START_SLACK_SECONDS;
             match &c.open {
                 Some(open) => {
-                    let held = open
-                        .iter()
-                        .any(|o| o.identity == file.identity && (earlier || o.writable));
+                    let held = open.iter().any(|o| {
+                        o.identity == file.identity && ((earlier && !c.own) || o.writable)
+                    });
                     if held {
                         holder = Some(i);
                     }
@@ -556,7 +634,7 @@ impl Writers {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
         let mut hosts = Vec::new();
-        if pid != self.self_pid {
+        if pid != self.self_pid || self.policy.collector_writes {
             hosts.push(pid);
         }
         let stale = self
@@ -578,6 +656,7 @@ impl Writers {
                     host,
                     start,
                     open: procfs::open_files(&dir),
+                    own: host == self.self_pid,
                 })
             })
             .collect();

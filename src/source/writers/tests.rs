@@ -264,3 +264,47 @@ fn a_census_of_some_files_keeps_the_others_dead_verdicts() {
     writers.census(&files[..1]);
     assert_eq!(writers.verdicts.len(), 1);
 }
+
+/// Issue 47: the Python drop-in runs this code in the process that serves
+/// `/metrics`, which also writes (a gunicorn or uvicorn worker); its own pid
+/// was left out of the candidates, so its own files were dead (or unknown)
+/// and its `live*` gauges dropped.
+#[test]
+fn the_collecting_process_is_the_live_writer_of_the_files_it_holds_for_writing() {
+    let dir = tempfile::tempdir().unwrap();
+    let me = std::process::id();
+    let own = dir.path().join(format!("counter_{me}.db"));
+    let held = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&own)
+        .unwrap();
+    let file = written(&own, me);
+    let policy = WriterPolicy {
+        liveness: LivenessMode::Proc,
+        collector_writes: true,
+        ..WriterPolicy::default()
+    };
+    let census = Writers::new(policy).census(&[file]);
+    assert_eq!(census.states, vec![WriterState::Live]);
+    assert_eq!(census.live, vec![(me, me)]);
+    // The standalone exporter writes no metric file: never its own writer.
+    let binary = WriterPolicy {
+        collector_writes: false,
+        ..policy
+    };
+    assert_eq!(
+        Writers::new(binary).census(&[file]).states,
+        vec![WriterState::Dead]
+    );
+    // Held for reading only (as every collector holds the files it reads):
+    // not evidence of writing.
+    drop(held);
+    let _read = std::fs::File::open(&own).unwrap();
+    assert_eq!(
+        Writers::new(policy).census(&[file]).states,
+        vec![WriterState::Dead]
+    );
+}

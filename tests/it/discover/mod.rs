@@ -31,6 +31,7 @@ mod harness;
 mod hostile;
 mod privileges;
 mod serve;
+mod shapes;
 mod status;
 mod stuck;
 mod temporary;

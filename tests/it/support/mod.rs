@@ -15,6 +15,7 @@ pub(crate) mod browser;
 pub(crate) mod compare;
 pub(crate) mod exposition;
 pub(crate) mod monitoring;
+pub(crate) mod shapes;
 pub(crate) mod web;
 
 /// The vLLM-like fixture directories of the benchmarks (`benches/support/fixture.rs`).
@@ -123,6 +124,10 @@ pub(crate) struct Launch {
     /// most tests compare every format byte for byte with Python's. The
     /// default (`safe`) negotiation has tests of its own.
     pub(crate) exact_negotiation: bool,
+    /// The wrapper forks the exporter as its child instead of executing it
+    /// (`unshare --fork`, [`shapes::Shape::OwnPidNamespace`]): signals go to
+    /// that child.
+    pub(crate) forks: bool,
 }
 
 impl Default for Launch {
@@ -133,6 +138,7 @@ impl Default for Launch {
             env: Vec::new(),
             log_level: "debug",
             exact_negotiation: true,
+            forks: false,
         }
     }
 }
@@ -140,6 +146,8 @@ impl Default for Launch {
 /// A running exporter (killed on drop).
 pub(crate) struct Exporter {
     child: Child,
+    /// The exporter's pid when a wrapper forked it ([`Launch::forks`]).
+    forked: Option<u32>,
     /// `http://127.0.0.1:PORT`.
     pub(crate) base: String,
     logs: Arc<Mutex<Vec<serde_json::Value>>>,
@@ -234,6 +242,7 @@ impl Exporter {
         });
         let mut exporter = Self {
             child,
+            forked: None,
             base: String::new(),
             logs,
         };
@@ -249,6 +258,17 @@ impl Exporter {
                 .and_then(|l| l["address"].as_str().map(str::to_owned))
         });
         exporter.base = format!("http://{address}");
+        if launch.forks {
+            let wrapper = exporter.child.id();
+            let children =
+                std::fs::read_to_string(format!("/proc/{wrapper}/task/{wrapper}/children"))
+                    .expect("the wrapper's children");
+            exporter.forked = children
+                .split_whitespace()
+                .next()
+                .map(|p| p.parse().unwrap());
+            assert!(exporter.forked.is_some(), "the wrapper forked no exporter");
+        }
         exporter
     }
 
@@ -272,9 +292,9 @@ impl Exporter {
             .collect()
     }
 
-    /// The process id.
+    /// The process id (of the exporter, not of a wrapper that forked it).
     pub(crate) fn pid(&self) -> u32 {
-        self.child.id()
+        self.forked.unwrap_or_else(|| self.child.id())
     }
 
     /// Whether the process is still running (it has neither exited nor been
