@@ -17,6 +17,17 @@
 //! the memory budget) at the first collection without it. A part may read
 //! several directories (inputs), merged together as `--dir A --dir B` merges
 //! them.
+//!
+//! The parts share the memory budget: before each read, a part's allowance
+//! is set from every part's last known need
+//! ([`crate::source::budget::allowances`]: an equal share is a floor, not a
+//! cap; under contention the part furthest over it is cut first). Read one
+//! after the other ([`PartReaders::collect`]), the parts never read yet go
+//! first, fewest files first, then the others, least needy first, each
+//! allowance computed from the needs just learnt: parts that together fit
+//! in the budget are all read whole from the first collection. A part cut
+//! for the budget is logged once per change, with what it needed and what
+//! it got.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -25,7 +36,9 @@ use std::time::{Duration, Instant};
 
 use crate::model::Label;
 pub use crate::pipeline::fair::Pin;
-use crate::pipeline::fair::{wait, Finished, Late, Outcome, Settings, Slot};
+use crate::pipeline::fair::{
+    count_files, wait, CutChange, Finished, Late, Outcome, Settings, Slot,
+};
 use crate::pipeline::lifecycle::WriterReport;
 use crate::pipeline::part_status::PartStatus;
 use crate::pipeline::{CollectStats, Collection};
@@ -261,13 +274,92 @@ impl<K: Ord + Clone> PartReaders<K> {
         self.collect_with(parts, Some(deadline))
     }
 
-    /// Each part's share of the memory budget when `parts` are read: an
-    /// equal one.
-    fn share(&self, parts: usize) -> usize {
+    /// Each part's floor of the memory budget when `parts` are read: an
+    /// equal share.
+    fn floor(&self, parts: usize) -> usize {
         self.settings
             .budget
             .as_ref()
             .map_or(usize::MAX, |budget| budget.limit() / parts.max(1))
+    }
+
+    /// Sets the allowance of `slots[index]`, or of every slot (`None`),
+    /// from the parts' needs, a part never read counted at `unknown`.
+    fn set_allowances(&self, slots: &mut [Slot], index: Option<usize>, unknown: usize) {
+        let Some(budget) = &self.settings.budget else {
+            return;
+        };
+        let needs: Vec<usize> = slots.iter().map(|s| s.need().unwrap_or(unknown)).collect();
+        let allowances = crate::source::budget::allowances(budget.limit(), &needs);
+        for (i, (slot, allowance)) in slots.iter_mut().zip(allowances).enumerate() {
+            if index.is_none_or(|index| index == i) {
+                slot.set_allowance(allowance, &self.settings);
+            }
+        }
+    }
+
+    /// Read side by side, the parts cut for the budget while the needs of
+    /// parts never read were not known yet (counted at their floor) are
+    /// read again, within `deadline`, when the needs learnt since leave them
+    /// more: parts that together fit in the budget are all read whole from
+    /// their first collection.
+    fn read_again_once_known(
+        &self,
+        parts: &[PartSpec<K>],
+        slots: &mut [Slot],
+        outcomes: &mut [Outcome],
+        floor: usize,
+        deadline: Instant,
+    ) {
+        let mut again = Vec::new();
+        for i in 0..slots.len() {
+            let Some(granted) = slots[i].cut_granted() else {
+                continue;
+            };
+            if !matches!(outcomes[i], Outcome::Fresh(_)) {
+                continue;
+            }
+            self.set_allowances(slots, Some(i), floor);
+            if slots[i].allowance().is_some_and(|now| now > granted) {
+                let max_files = self.caps.max_files;
+                slots[i].start(
+                    &parts[i].inputs,
+                    &parts[i].pins,
+                    &self.settings,
+                    max_files,
+                    &self.finished,
+                );
+                again.push(i);
+            }
+        }
+        if again.is_empty() {
+            return;
+        }
+        wait(&self.finished, again.iter().map(|&i| &slots[i]), deadline);
+        for i in again {
+            // Late: the first read stands (the second's result is taken by
+            // the next collection).
+            if let Outcome::Fresh(collection) = slots[i].outcome(self.settings.max_late_age) {
+                outcomes[i] = Outcome::Fresh(collection);
+            }
+        }
+    }
+
+    /// The order in which `parts` are read one after the other: those never
+    /// read first, fewest files first, then the others, least needy first
+    /// (so that each finds the needs of the smaller ones known).
+    fn read_order(parts: &[PartSpec<K>], slots: &[Slot]) -> Vec<usize> {
+        let mut order: Vec<(bool, usize, usize)> = slots
+            .iter()
+            .zip(parts)
+            .enumerate()
+            .map(|(i, (slot, spec))| match slot.need() {
+                None => (false, spec.inputs.iter().map(count_files).sum(), i),
+                Some(need) => (true, need, i),
+            })
+            .collect();
+        order.sort_unstable();
+        order.into_iter().map(|(_, _, i)| i).collect()
     }
 
     fn collect_with(
@@ -277,14 +369,13 @@ impl<K: Ord + Clone> PartReaders<K> {
     ) -> PartsCollection<K> {
         let mut out = PartsCollection::default();
         let mut previous = std::mem::take(&mut self.readers);
-        let share = self.share(parts.len());
+        let floor = self.floor(parts.len());
         let mut slots = Vec::with_capacity(parts.len());
         for spec in &parts {
             let slot = previous.remove(&spec.key).unwrap_or_else(|| {
                 out.appeared.push(spec.key.clone());
-                Slot::new(&self.settings, share)
+                Slot::new(&self.settings, floor)
             });
-            slot.set_share(share);
             slots.push(slot);
         }
         out.disappeared = previous
@@ -294,14 +385,23 @@ impl<K: Ord + Clone> PartReaders<K> {
                 key
             })
             .collect();
+        // Before anything is read, a part holding more than its allowance
+        // (a part never read counted at its floor) lets go of it.
+        self.set_allowances(&mut slots, None, floor);
         let max_files = self.caps.max_files;
         let outcomes: Vec<Outcome> = match deadline {
-            None => parts
-                .iter()
-                .zip(&mut slots)
-                .map(|(spec, slot)| slot.run(&spec.inputs, &self.settings, max_files))
-                .collect(),
+            None => {
+                let mut outcomes: Vec<Option<Outcome>> = slots.iter().map(|_| None).collect();
+                for i in Self::read_order(&parts, &slots) {
+                    // The needs of the parts read before are known now; a
+                    // part not read yet may need its whole allowance.
+                    self.set_allowances(&mut slots, Some(i), usize::MAX);
+                    outcomes[i] = Some(slots[i].run(&parts[i].inputs, &self.settings, max_files));
+                }
+                outcomes.into_iter().flatten().collect()
+            }
             Some(deadline) => {
+                let unknown = slots.iter().any(|slot| slot.need().is_none());
                 for (spec, slot) in parts.iter().zip(&mut slots) {
                     slot.start(
                         &spec.inputs,
@@ -312,10 +412,14 @@ impl<K: Ord + Clone> PartReaders<K> {
                     );
                 }
                 wait(&self.finished, slots.iter(), deadline);
-                slots
+                let mut outcomes: Vec<Outcome> = slots
                     .iter_mut()
                     .map(|slot| slot.outcome(self.settings.max_late_age))
-                    .collect()
+                    .collect();
+                if unknown {
+                    self.read_again_once_known(&parts, &mut slots, &mut outcomes, floor, deadline);
+                }
+                outcomes
             }
         };
         let mut problems = Vec::new();
@@ -351,6 +455,7 @@ impl<K: Ord + Clone> PartReaders<K> {
                             .map(|p| shown(p, &spec.shown_as)),
                     );
                     out.writer_conflicts.extend(collection.conflicts);
+                    log_cut(&spec.name, slot.cut_changed(), floor);
                     ray_logs_unreadable = ray_logs_unreadable.or(collection.ray_logs_unreadable);
                     if self.caps.max_files.is_some_and(|max| report.files > max) {
                         report.capped = Some(Capped::Files(report.files));
@@ -461,6 +566,28 @@ fn add_stats(total: &mut CollectStats, one: &CollectStats) {
     total.bytes_read += one.bytes_read;
     total.keys_decoded += one.keys_decoded;
     total.replanned |= one.replanned;
+    total.parts_panicked += one.parts_panicked;
+}
+
+/// Logs how a part's read went against its allowance of the memory
+/// budget, when that changed (`floor`: its equal share).
+fn log_cut(part: &str, change: Option<CutChange>, floor: usize) {
+    match change {
+        Some(CutChange::Cut(cut)) => tracing::warn!(
+            part,
+            needed_bytes = cut.needed,
+            granted_bytes = cut.granted,
+            held_bytes = cut.held,
+            floor_bytes = floor,
+            files_skipped = cut.files,
+            "A part needs more of --memory.budget than it is granted while the parts together need more than the budget: some of its files are left out (multiproc_exporter_files_skipped_total{{reason=\"over_memory_budget\"}}). Every part keeps at least its equal share (the floor); the part furthest over it is cut first."
+        ),
+        Some(CutChange::Whole) => tracing::info!(
+            part,
+            "A part cut for --memory.budget is read whole again."
+        ),
+        None => {}
+    }
 }
 
 #[cfg(test)]
@@ -763,5 +890,271 @@ mod tests {
         assert_eq!(out.reports[0].capped, Some(Capped::Files(40)));
         assert_eq!(readers.readers[&"hostile".to_owned()].share_held(), Some(0));
         assert_eq!(budget.held(), one);
+    }
+
+    /// `files` files of `per_file` series each in `dir`, every series its
+    /// own (`c_total{i="<file>_<n>"}`), each with `value`.
+    fn series(dir: &Path, files: u32, per_file: usize, value: f64) {
+        std::fs::create_dir_all(dir).unwrap();
+        for pid in 0..files {
+            let keys: Vec<String> = (0..per_file)
+                .map(|n| {
+                    let i = format!("{pid}_{n}");
+                    crate::format::writer::encode_key("c", "c_total", &[("i", &i)], "C.")
+                })
+                .collect();
+            let records: Vec<(&str, f64, f64)> =
+                keys.iter().map(|k| (k.as_str(), value, 0.0)).collect();
+            let bytes = crate::format::writer::file_bytes(&records);
+            std::fs::write(dir.join(format!("counter_{pid}.db")), bytes).unwrap();
+        }
+    }
+
+    /// Reads `specs` once, one after the other (`parallel`: side by side,
+    /// with a generous deadline), within `budget`.
+    fn read_within(
+        readers: &mut PartReaders<String>,
+        specs: Vec<PartSpec<String>>,
+        parallel: bool,
+    ) -> PartsCollection<String> {
+        if parallel {
+            readers.collect_by(specs, Instant::now() + std::time::Duration::from_secs(60))
+        } else {
+            readers.collect(specs)
+        }
+    }
+
+    /// The files of `dir` skipped for the memory budget.
+    fn over_budget(out: &PartsCollection<String>, shown: &str) -> usize {
+        out.collection
+            .problems
+            .iter()
+            .filter(|p| p.path.starts_with(shown))
+            .filter(|p| matches!(p.reason, SkipReason::OverMemoryBudget { .. }))
+            .count()
+    }
+
+    /// What each of `specs` holds of the budget read alone, with no limit.
+    fn needs_alone(specs: &[PartSpec<String>]) -> Vec<usize> {
+        specs
+            .iter()
+            .map(|spec| {
+                let budget = Arc::new(MemoryBudget::new(usize::MAX));
+                let mut readers = PartReaders::new(LinkPolicy::NoLinks);
+                readers.set_memory_budget(Some(budget.clone()));
+                // Twice: what it holds from its second read on.
+                readers.collect(vec![spec.clone()]);
+                readers.collect(vec![spec.clone()]);
+                budget.held()
+            })
+            .collect()
+    }
+
+    /// Issue 47: each part's equal share of the budget (`limit / parts`) was
+    /// a cap even when the others used nothing: a pod bigger than its share
+    /// was cut although the budget had room.
+    #[test]
+    fn a_part_bigger_than_its_share_is_read_whole_while_the_budget_has_room() {
+        let tmp = tempfile::tempdir().unwrap();
+        let big = tmp.path().join("big");
+        series(&big, 8, 100, 1.0);
+        let mut specs = vec![spec("big", &big, "big:")];
+        for t in 0..4 {
+            let dir = tmp.path().join(format!("t{t}"));
+            series(&dir, 1, 1, 2.0);
+            let key = format!("t{t}");
+            specs.push(spec(&key, &dir, &format!("{key}:")));
+        }
+        let needs = needs_alone(&specs);
+        let total: usize = needs.iter().sum();
+        let limit = total + total / 10;
+        assert!(
+            needs[0] > limit / specs.len() * 2,
+            "{needs:?}: not bigger than its share"
+        );
+        for parallel in [false, true] {
+            let budget = Arc::new(MemoryBudget::new(limit));
+            let mut readers = PartReaders::new(LinkPolicy::NoLinks);
+            readers.set_memory_budget(Some(budget.clone()));
+            for _ in 0..2 {
+                let out = read_within(&mut readers, specs.clone(), parallel);
+                assert_eq!(out.collection.problems, [], "parallel: {parallel}");
+                let served = text_of(&out);
+                assert!(
+                    served.contains("c_total{i=\"7_99\",part=\"big\"} 1.0"),
+                    "{served}"
+                );
+                assert_eq!(out.reports[0].series, 800);
+            }
+            assert!(
+                budget.held() <= limit,
+                "parallel {parallel}: {} > {limit}, alone {needs:?}",
+                budget.held()
+            );
+        }
+    }
+
+    /// Issue 47: under contention, every part keeps at least its equal
+    /// share and the part furthest over it is cut first (each part used to
+    /// be capped at its equal share, the middle one cut too).
+    #[test]
+    fn under_contention_the_part_furthest_over_its_share_is_cut_first() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (big, mid, small) = (
+            tmp.path().join("big"),
+            tmp.path().join("mid"),
+            tmp.path().join("small"),
+        );
+        series(&big, 20, 100, 1.0);
+        series(&mid, 10, 100, 1.0);
+        series(&small, 1, 100, 1.0);
+        let specs = vec![
+            spec("big", &big, "big:"),
+            spec("mid", &mid, "mid:"),
+            spec("small", &small, "small:"),
+        ];
+        let needs = needs_alone(&specs);
+        // The big part's need cut to 60%: the level leaves the middle one
+        // (about half the big one) whole, above its equal share.
+        let limit = needs[0] * 6 / 10 + needs[1] + needs[2];
+        let floor = limit / 3;
+        assert!(needs[1] > floor, "{needs:?}");
+        for parallel in [false, true] {
+            let budget = Arc::new(MemoryBudget::new(limit));
+            let mut readers = PartReaders::new(LinkPolicy::NoLinks);
+            readers.set_memory_budget(Some(budget.clone()));
+            for _ in 0..2 {
+                let out = read_within(&mut readers, specs.clone(), parallel);
+                assert_eq!(over_budget(&out, "mid:"), 0, "parallel: {parallel}");
+                assert_eq!(over_budget(&out, "small:"), 0, "parallel: {parallel}");
+                assert!(over_budget(&out, "big:") > 0, "parallel: {parallel}");
+                assert_eq!(out.reports[1].series, 1000);
+                let big_held = readers.readers[&"big".to_owned()].share_held().unwrap();
+                assert!(big_held >= floor, "{big_held} < {floor}");
+            }
+        }
+    }
+
+    /// Issue 47: shrinking the shares when a part was added left the first
+    /// part holding more than its share, and the new part was cut instead.
+    #[test]
+    fn a_part_added_later_does_not_leave_an_earlier_one_over_its_share() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (big, late) = (tmp.path().join("big"), tmp.path().join("late"));
+        series(&big, 20, 100, 1.0);
+        series(&late, 10, 100, 1.0);
+        let big_spec = spec("big", &big, "big:");
+        let late_spec = spec("late", &late, "late:");
+        let needs = needs_alone(&[big_spec.clone(), late_spec.clone()]);
+        let limit = needs[0] + needs[0] / 4;
+        for parallel in [false, true] {
+            let budget = Arc::new(MemoryBudget::new(limit));
+            let mut readers = PartReaders::new(LinkPolicy::NoLinks);
+            readers.set_memory_budget(Some(budget.clone()));
+            let out = read_within(&mut readers, vec![big_spec.clone()], parallel);
+            assert_eq!(out.collection.problems, []);
+            for _ in 0..2 {
+                let out = read_within(
+                    &mut readers,
+                    vec![big_spec.clone(), late_spec.clone()],
+                    parallel,
+                );
+                assert_eq!(over_budget(&out, "late:"), 0, "parallel: {parallel}");
+                assert_eq!(out.reports[1].series, 1000);
+                assert!(over_budget(&out, "big:") > 0);
+                let big_held = readers.readers[&"big".to_owned()].share_held().unwrap();
+                assert!(big_held >= limit / 2, "{big_held}");
+                assert!(big_held <= limit - needs[1] / 2, "{big_held}");
+            }
+        }
+    }
+
+    /// Issue 47: a late pod's last collection aged from when its read
+    /// ended and was compared only at the next collection, so a slow pod
+    /// whose reads all finished in the background was expired at every
+    /// scrape. A result no collection served yet is served, whatever its
+    /// age; an old one already served is not.
+    #[test]
+    fn a_slow_pod_whose_reads_finish_is_served_one_collection_late_not_expired() {
+        use std::time::Duration;
+        let tmp = tempfile::tempdir().unwrap();
+        let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        counter(&a, 1, 1.0);
+        counter(&b, 1, 5.0);
+        let specs = || vec![spec("a", &a, "A:/m"), spec("b", &b, "B:/m")];
+        let mut readers = PartReaders::new(LinkPolicy::NoLinks);
+        // Any result older than this is too old to be served again.
+        readers.set_max_late_age(Duration::from_nanos(1));
+        let soon = || Instant::now() + Duration::from_secs(60);
+        let shortly = || Instant::now() + Duration::from_millis(50);
+        readers.collect_by(specs(), soon());
+        // `b`'s read is held (a slow pod): its last result, already served,
+        // is too old: expired.
+        counter(&b, 1, 6.0);
+        let stuck = readers.readers[&"b".to_owned()].stall();
+        let out = readers.collect_by(specs(), shortly());
+        assert_eq!(out.reports[1].late, Some(LateServed::Expired));
+        // Its read finishes in the background, after the collection.
+        drop(stuck);
+        readers.readers[&"b".to_owned()].wait_idle(&readers.finished);
+        // The next read is slow too: the result that finished meanwhile
+        // is served, one collection late.
+        counter(&b, 1, 7.0);
+        let stuck = readers.readers[&"b".to_owned()].stall();
+        let out = readers.collect_by(specs(), shortly());
+        assert_eq!(out.reports[1].late, Some(LateServed::Last));
+        assert!(
+            text_of(&out).contains("c_total{part=\"b\"} 6.0"),
+            "{}",
+            text_of(&out)
+        );
+        // Served once, it is not served again past the age limit: no read
+        // has finished since.
+        let out = readers.collect_by(specs(), shortly());
+        assert_eq!(out.reports[1].late, Some(LateServed::Expired));
+        drop(stuck);
+        let out = readers.collect_by(specs(), soon());
+        assert_eq!(out.reports[1].late, None);
+        assert!(text_of(&out).contains("c_total{part=\"b\"} 7.0"));
+    }
+
+    /// Issue 47: a panic in a pod worker's job outside the reader's own
+    /// `catch_unwind` left the pod busy for good: never read again.
+    #[test]
+    fn a_panic_around_a_pods_read_does_not_leave_it_busy_for_good() {
+        use std::time::Duration;
+        let tmp = tempfile::tempdir().unwrap();
+        let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        counter(&a, 1, 1.0);
+        counter(&b, 1, 5.0);
+        let specs = || vec![spec("a", &a, "A:/m"), spec("b", &b, "B:/m")];
+        let mut readers = PartReaders::new(LinkPolicy::NoLinks);
+        let within = || Instant::now() + Duration::from_secs(5);
+        readers.collect_by(specs(), within());
+        counter(&b, 1, 6.0);
+        readers.readers[&"b".to_owned()].panic_next_job();
+        let out = readers.collect_by(specs(), within());
+        assert_eq!(out.collection.stats.parts_panicked, 1);
+        assert_eq!(out.reports[1].series, 0);
+        for _ in 0..2 {
+            let out = readers.collect_by(specs(), within());
+            assert_eq!(out.reports[1].late, None);
+            assert_eq!(out.collection.stats.parts_panicked, 0);
+            assert!(
+                text_of(&out).contains("c_total{part=\"b\"} 6.0"),
+                "{}",
+                text_of(&out)
+            );
+        }
+        // Read one after the other, the same.
+        readers.readers[&"b".to_owned()].panic_next_job();
+        let out = readers.collect(specs());
+        assert_eq!(out.collection.stats.parts_panicked, 1);
+        let out = readers.collect(specs());
+        assert!(text_of(&out).contains("c_total{part=\"b\"} 6.0"));
     }
 }
