@@ -105,6 +105,8 @@ pub(crate) struct Slot {
     cut: Option<Cut>,
     /// The cut last logged ([`Slot::cut_changed`]).
     cut_logged: Option<(usize, usize)>,
+    /// Its allowance when it was last read.
+    granted: usize,
     /// Its last collection listed more files than the cap allows: its
     /// next job lists its directories before reading them.
     over_files: bool,
@@ -138,6 +140,17 @@ pub(crate) struct Cut {
     pub(crate) needed: usize,
     /// Files skipped for the budget.
     pub(crate) files: usize,
+}
+
+/// What a read left charged to the part's share of the memory budget.
+#[derive(Debug, Clone, Copy, Default)]
+struct Charge {
+    /// Its allowance when it was read.
+    granted: usize,
+    /// What it held after the read.
+    held: usize,
+    /// Files were skipped for the budget.
+    cut: Option<Cut>,
 }
 
 /// How a part's read went against its allowance, when that changed since
@@ -179,7 +192,7 @@ struct State {
 /// What a job did.
 #[derive(Debug)]
 enum Done {
-    Read(Box<Collection>, Option<Cut>, usize),
+    Read(Box<Collection>, Charge),
     /// Not read: its directories list this many files, more than the cap.
     OverFiles(usize),
 }
@@ -246,6 +259,7 @@ impl Slot {
             need: None,
             cut: None,
             cut_logged: None,
+            granted: 0,
             over_files: false,
             read_once: false,
             workers_started: 0,
@@ -253,10 +267,13 @@ impl Slot {
     }
 
     /// Sets the part's allowance of the memory budget (the limit of its
-    /// share). Unless a job is running, a part holding more than that lets
-    /// go of everything it holds and its next job reads anew within it; so
-    /// does a part that was cut and is now allowed more (the files it
-    /// skipped are read again).
+    /// share). Unless a job is running, a part allowed less than at its
+    /// last read and holding more than its new allowance lets go of
+    /// everything it holds, and its next job reads anew within it; so does a
+    /// part that was cut and is now allowed more (the files it skipped are
+    /// read again). A part whose allowance did not change keeps what it
+    /// holds (what the reader charges grows a little after a first read:
+    /// reading it anew each time would only flip-flop).
     pub(crate) fn set_allowance(&mut self, allowance: usize, settings: &Settings) {
         let Some(budget) = &self.shared.budget else {
             return;
@@ -265,7 +282,7 @@ impl Slot {
         if self.busy() {
             return;
         }
-        let over = budget.held() > allowance;
+        let over = allowance < self.granted && budget.held() > allowance;
         let grown = self.cut.is_some_and(|cut| allowance > cut.granted);
         if !(over || grown) {
             return;
@@ -434,10 +451,15 @@ impl Slot {
     /// Takes a job's result: what it read becomes the last families.
     fn took(&mut self, done: Done, at: Instant) -> Outcome {
         match done {
-            Done::Read(collection, cut, held) => {
+            Done::Read(collection, charge) => {
                 self.over_files = false;
-                self.need = Some(if cut.is_some() { usize::MAX } else { held });
-                self.cut = cut;
+                self.need = Some(if charge.cut.is_some() {
+                    usize::MAX
+                } else {
+                    charge.held
+                });
+                self.cut = charge.cut;
+                self.granted = charge.granted;
                 self.last = Some(Last {
                     families: collection.families.clone(),
                     at,
@@ -627,7 +649,7 @@ fn read(
             .fold(held, usize::saturating_add),
         files: skipped.len(),
     });
-    Done::Read(Box::new(collection), cut, held)
+    Done::Read(Box::new(collection), Charge { granted, held, cut })
 }
 
 /// What a job that panicked serves: nothing, counted; logged the first
@@ -641,7 +663,7 @@ fn panicked(shared: &Shared) -> Done {
     }
     let mut collection = Collection::default();
     collection.stats.parts_panicked = 1;
-    Done::Read(Box::new(collection), None, 0)
+    Done::Read(Box::new(collection), Charge::default())
 }
 
 /// The bytes in use of a metric file (its header's `used`), 0 when it
