@@ -404,4 +404,3 @@ fn a_pod_bigger_than_its_share_is_read_whole_while_the_budget_has_room() {
         assert_eq!(merged, expected);
     }
 }
-
