@@ -1067,6 +1067,18 @@ mod tests {
         }
     }
 
+    /// Two parts, `a` (`c_total` 1) and `b` (`c_total` 5), in a temporary
+    /// directory (kept while the first element lives).
+    fn two_parts() -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let tmp = tempfile::tempdir().unwrap();
+        let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        counter(&a, 1, 1.0);
+        counter(&b, 1, 5.0);
+        (tmp, a, b)
+    }
+
     /// Issue 47: a late pod's last collection aged from when its read
     /// ended and was compared only at the next collection, so a slow pod
     /// whose reads all finished in the background was expired at every
@@ -1075,12 +1087,7 @@ mod tests {
     #[test]
     fn a_slow_pod_whose_reads_finish_is_served_one_collection_late_not_expired() {
         use std::time::Duration;
-        let tmp = tempfile::tempdir().unwrap();
-        let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
-        std::fs::create_dir_all(&a).unwrap();
-        std::fs::create_dir_all(&b).unwrap();
-        counter(&a, 1, 1.0);
-        counter(&b, 1, 5.0);
+        let (_tmp, a, b) = two_parts();
         let specs = || vec![spec("a", &a, "A:/m"), spec("b", &b, "B:/m")];
         let mut readers = PartReaders::new(LinkPolicy::NoLinks);
         // Any result older than this is too old to be served again.
@@ -1123,12 +1130,7 @@ mod tests {
     #[test]
     fn a_panic_around_a_pods_read_does_not_leave_it_busy_for_good() {
         use std::time::Duration;
-        let tmp = tempfile::tempdir().unwrap();
-        let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
-        std::fs::create_dir_all(&a).unwrap();
-        std::fs::create_dir_all(&b).unwrap();
-        counter(&a, 1, 1.0);
-        counter(&b, 1, 5.0);
+        let (_tmp, a, b) = two_parts();
         let specs = || vec![spec("a", &a, "A:/m"), spec("b", &b, "B:/m")];
         let mut readers = PartReaders::new(LinkPolicy::NoLinks);
         let within = || Instant::now() + Duration::from_secs(5);
