@@ -28,6 +28,14 @@ fn series(dir: &Path, files: u32, per_file: usize, value: f64) {
     }
 }
 
+/// Part readers sharing a budget of `limit` bytes.
+fn within(limit: usize) -> (Arc<MemoryBudget>, PartReaders<String>) {
+    let budget = Arc::new(MemoryBudget::new(limit));
+    let mut readers = PartReaders::new(LinkPolicy::NoLinks);
+    readers.set_memory_budget(Some(budget.clone()));
+    (budget, readers)
+}
+
 /// Reads `specs` once, one after the other (`parallel`: side by side,
 /// with a generous deadline), within `budget`.
 fn read_within(
@@ -57,9 +65,7 @@ fn needs_alone(specs: &[PartSpec<String>]) -> Vec<usize> {
     specs
         .iter()
         .map(|spec| {
-            let budget = Arc::new(MemoryBudget::new(usize::MAX));
-            let mut readers = PartReaders::new(LinkPolicy::NoLinks);
-            readers.set_memory_budget(Some(budget.clone()));
+            let (budget, mut readers) = within(usize::MAX);
             // Twice: what it holds from its second read on.
             readers.collect(vec![spec.clone()]);
             readers.collect(vec![spec.clone()]);
@@ -91,9 +97,7 @@ fn a_part_bigger_than_its_share_is_read_whole_while_the_budget_has_room() {
         "{needs:?}: not bigger than its share"
     );
     for parallel in [false, true] {
-        let budget = Arc::new(MemoryBudget::new(limit));
-        let mut readers = PartReaders::new(LinkPolicy::NoLinks);
-        readers.set_memory_budget(Some(budget.clone()));
+        let (budget, mut readers) = within(limit);
         for _ in 0..2 {
             let out = read_within(&mut readers, specs.clone(), parallel);
             assert_eq!(out.collection.problems, [], "parallel: {parallel}");
@@ -138,9 +142,7 @@ fn under_contention_the_part_furthest_over_its_share_is_cut_first() {
     let floor = limit / 3;
     assert!(needs[1] > floor, "{needs:?}");
     for parallel in [false, true] {
-        let budget = Arc::new(MemoryBudget::new(limit));
-        let mut readers = PartReaders::new(LinkPolicy::NoLinks);
-        readers.set_memory_budget(Some(budget.clone()));
+        let (_, mut readers) = within(limit);
         for _ in 0..2 {
             let out = read_within(&mut readers, specs.clone(), parallel);
             assert_eq!(over_budget(&out, "mid:"), 0, "parallel: {parallel}");
@@ -166,9 +168,7 @@ fn a_part_added_later_does_not_leave_an_earlier_one_over_its_share() {
     let needs = needs_alone(&[big_spec.clone(), late_spec.clone()]);
     let limit = needs[0] + needs[0] / 4;
     for parallel in [false, true] {
-        let budget = Arc::new(MemoryBudget::new(limit));
-        let mut readers = PartReaders::new(LinkPolicy::NoLinks);
-        readers.set_memory_budget(Some(budget.clone()));
+        let (_, mut readers) = within(limit);
         let out = read_within(&mut readers, vec![big_spec.clone()], parallel);
         assert_eq!(out.collection.problems, []);
         for _ in 0..2 {
