@@ -40,6 +40,9 @@ pub struct CollectStats {
     pub keys_decoded: usize,
     /// Whether the merge had to be re-planned.
     pub replanned: bool,
+    /// Parts (subdirectories, pods) whose read panicked (a bug), served
+    /// without their metrics this time.
+    pub parts_panicked: usize,
 }
 
 /// The result of one collection.
@@ -359,6 +362,7 @@ impl Collector {
             bytes_read: read_stats.bytes_read,
             keys_decoded: self.merging.store.len() - keys_before,
             replanned: merged.replanned,
+            parts_panicked: 0,
         };
         let families = self
             .merging

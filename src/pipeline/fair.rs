@@ -6,26 +6,40 @@
 //! collection hands every idle slot's worker a job and waits until all are
 //! done or the deadline passes (no thread is started per collection). A
 //! part done in time is served fresh; a part still running is served from
-//! its last collection while that is younger than the maximum age
-//! ([`Settings::max_late_age`]), and otherwise (or before its first) left
-//! out; its job goes on in the background: its result is taken by the
-//! first collection after it ends, and no new job is started for it
-//! meanwhile, so a slow part never costs more than its own thread and never
-//! piles up work. The operating system shares the cores between the
-//! workers, so a part with thousands of files slows itself, not the others.
+//! its last collection, and otherwise (before its first) left out; its job
+//! goes on in the background: its result is taken by the first collection
+//! after it ends, and no new job is started for it meanwhile, so a slow
+//! part never costs more than its own thread and never piles up work. The
+//! operating system shares the cores between the workers, so a part with
+//! thousands of files slows itself, not the others.
+//!
+//! A late part's last collection ages from when its read *finished*
+//! (issue 47): a result no collection has served yet (a read that ended
+//! in the background) is served by the next collection whatever its age,
+//! so a pod whose reads finish is served at worst one collection late; a
+//! result already served is served again only while younger than the
+//! maximum age ([`Settings::max_late_age`]). A part is expired (left out)
+//! only when no read of it has finished within that age.
 //!
 //! Every step of a part's read runs on its worker, under the deadline: the
 //! listing that checks the cap of files (before its first read, and while it
 //! was over the cap), and the read itself, charged to the part's own share
-//! of the memory budget ([`MemoryBudget::share_of`]), so that a hostile
-//! part cannot take the others' budget before its caps apply.
+//! of the memory budget ([`MemoryBudget::share_of`]), whose limit is the
+//! part's allowance ([`crate::source::budget::allowances`], set by
+//! [`Slot::set_allowance`] before the job starts), so that a hostile part
+//! cannot take the others' budget before its caps apply.
+//!
+//! A job that panics (a bug), inside the read or around it, serves none of
+//! the part's metrics this time, is logged once per part and counted
+//! ([`crate::pipeline::CollectStats::parts_panicked`]); the part is read
+//! anew by its next job, never left busy for good.
 //!
 //! What the collector is told between collections (rechecks, the writer
 //! policy, per-writer merging) is queued in the slot and applied by its next
 //! job, never by waiting for a running one.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -34,7 +48,7 @@ use crate::model::MetricFamily;
 use crate::pipeline::{Collection, Collector};
 use crate::source::link_policy::LinkPolicy;
 use crate::source::writers::WriterPolicy;
-use crate::source::{Input, MemoryBudget};
+use crate::source::{Input, MemoryBudget, SkipReason};
 use crate::transform::config::PerWriter as PerWriterConfig;
 
 /// Something a part's read keeps alive until it ends (a discovered
@@ -81,9 +95,18 @@ pub(crate) struct Slot {
     /// Hands jobs to the part's worker (started with its first job; it
     /// ends when this is dropped, after the job it runs).
     worker: Option<mpsc::Sender<Job>>,
-    /// The families last collected (what a late collection serves), and
-    /// when they were.
-    last: Option<(Vec<MetricFamily>, Instant)>,
+    /// The families last collected (what a late collection serves).
+    last: Option<Last>,
+    /// What the part needed of the memory budget at its last read: what
+    /// it held, `usize::MAX` when files were skipped for the budget
+    /// (more than it got); `None` before its first read.
+    need: Option<usize>,
+    /// How its last read went against its allowance, if it was cut.
+    cut: Option<Cut>,
+    /// The cut last logged ([`Slot::cut_changed`]).
+    cut_logged: Option<(usize, usize)>,
+    /// Its allowance when it was last read.
+    granted: usize,
     /// Its last collection listed more files than the cap allows: its
     /// next job lists its directories before reading them.
     over_files: bool,
@@ -94,12 +117,61 @@ pub(crate) struct Slot {
     workers_started: usize,
 }
 
+/// A part's last collection.
+#[derive(Debug)]
+struct Last {
+    families: Vec<MetricFamily>,
+    /// When the read that collected them finished.
+    at: Instant,
+    /// No collection has served them yet (the read ended in the
+    /// background): the next one serves them whatever their age.
+    unserved: bool,
+}
+
+/// A part's read cut short by its allowance of the memory budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Cut {
+    /// Its allowance (the limit of its share) when it was read.
+    pub(crate) granted: usize,
+    /// What it held after the read.
+    pub(crate) held: usize,
+    /// About what it needed: what it held plus the bytes in use of the
+    /// files skipped for the budget.
+    pub(crate) needed: usize,
+    /// Files skipped for the budget.
+    pub(crate) files: usize,
+}
+
+/// What a read left charged to the part's share of the memory budget.
+#[derive(Debug, Clone, Copy, Default)]
+struct Charge {
+    /// Its allowance when it was read.
+    granted: usize,
+    /// What it held after the read.
+    held: usize,
+    /// Files were skipped for the budget.
+    cut: Option<Cut>,
+}
+
+/// How a part's read went against its allowance, when that changed since
+/// last logged ([`Slot::cut_changed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CutChange {
+    /// Cut (anew, or to another allowance or number of files).
+    Cut(Cut),
+    /// Read whole again after a cut.
+    Whole,
+}
+
 #[derive(Debug)]
 struct Shared {
     collector: Mutex<Collector>,
     state: Mutex<State>,
     /// The part's share of the memory budget (`None`: no budget).
     budget: Option<Arc<MemoryBudget>>,
+    /// The next job panics before its read (tests).
+    #[cfg(test)]
+    panic_next: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -113,12 +185,14 @@ struct State {
     recheck_all: bool,
     /// The part is gone: the running job releases the budget when done.
     retired: bool,
+    /// A job of this part panicked (logged once).
+    panicked: bool,
 }
 
 /// What a job did.
 #[derive(Debug)]
 enum Done {
-    Read(Box<Collection>),
+    Read(Box<Collection>, Charge),
     /// Not read: its directories list this many files, more than the cap.
     OverFiles(usize),
 }
@@ -148,9 +222,11 @@ pub(crate) enum Outcome {
 /// What a late part serves.
 #[derive(Debug)]
 pub(crate) enum Late {
-    /// Its last collection, younger than [`Settings::max_late_age`].
+    /// Its last collection: not served yet, or finished within
+    /// [`Settings::max_late_age`].
     Last(Vec<MetricFamily>),
-    /// Nothing: its last collection is older than the maximum age.
+    /// Nothing: it was served already, and no read of the part has
+    /// finished within the maximum age.
     Expired,
     /// Nothing: it was never collected.
     None,
@@ -175,19 +251,84 @@ impl Slot {
                 collector: Mutex::new(collector),
                 state: Mutex::new(State::default()),
                 budget,
+                #[cfg(test)]
+                panic_next: std::sync::atomic::AtomicBool::new(false),
             }),
             worker: None,
             last: None,
+            need: None,
+            cut: None,
+            cut_logged: None,
+            granted: 0,
             over_files: false,
             read_once: false,
             workers_started: 0,
         }
     }
 
-    /// Sets the part's share of the memory budget.
-    pub(crate) fn set_share(&self, share: usize) {
-        if let Some(budget) = &self.shared.budget {
-            budget.set_limit(share);
+    /// Sets the part's allowance of the memory budget (the limit of its
+    /// share). Unless a job is running, a part allowed less than at its
+    /// last read and holding more than its new allowance lets go of
+    /// everything it holds, and its next job reads anew within it; so does a
+    /// part that was cut and is now allowed more (the files it skipped are
+    /// read again). A part whose allowance did not change keeps what it
+    /// holds (what the reader charges grows a little after a first read:
+    /// reading it anew each time would only flip-flop).
+    pub(crate) fn set_allowance(&mut self, allowance: usize, settings: &Settings) {
+        let Some(budget) = &self.shared.budget else {
+            return;
+        };
+        budget.set_limit(allowance);
+        if self.busy() {
+            return;
+        }
+        let over = allowance < self.granted && budget.held() > allowance;
+        let grown = self.cut.is_some_and(|cut| allowance > cut.granted);
+        if !(over || grown) {
+            return;
+        }
+        // Not busy: its worker does not hold the collector (a test's
+        // `stall` may; then it stays as it is).
+        let collector = match self.shared.collector.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        };
+        if let Some(mut collector) = collector {
+            renew(&mut collector, settings, Some(budget));
+            self.cut = None;
+        }
+    }
+
+    /// The allowance its last read was cut to, if it was cut.
+    pub(crate) fn cut_granted(&self) -> Option<usize> {
+        self.cut.map(|cut| cut.granted)
+    }
+
+    /// Its allowance of the memory budget now (`None`: no budget).
+    pub(crate) fn allowance(&self) -> Option<usize> {
+        self.shared.budget.as_ref().map(|b| b.limit())
+    }
+
+    /// What the part needed of the memory budget at its last read (what
+    /// it held; `usize::MAX` when it was cut), `None` before its first.
+    pub(crate) fn need(&self) -> Option<usize> {
+        self.need
+    }
+
+    /// How the part's last read went against its allowance, when that
+    /// changed since the last call (to log it once per change).
+    pub(crate) fn cut_changed(&mut self) -> Option<CutChange> {
+        let now = self.cut.map(|cut| (cut.granted, cut.files));
+        if now == self.cut_logged {
+            return None;
+        }
+        let was_cut = self.cut_logged.is_some();
+        self.cut_logged = now;
+        match self.cut {
+            Some(cut) => Some(CutChange::Cut(cut)),
+            None if was_cut => Some(CutChange::Whole),
+            None => None,
         }
     }
 
@@ -242,7 +383,12 @@ impl Slot {
             state.done.take()
         };
         if let Some((done, at)) = late {
+            // A read that ended after its collection: no collection has
+            // served it yet.
             self.took(done, at);
+            if let Some(last) = &mut self.last {
+                last.unserved = true;
+            }
         }
         let job = Job {
             inputs: inputs.to_vec(),
@@ -298,19 +444,32 @@ impl Slot {
     ) -> Outcome {
         let check_files = self.files_to_check(max_files);
         self.read_once = true;
-        let done = read(&self.shared, inputs, settings, check_files);
+        let done = read_caught(&self.shared, inputs, settings, check_files);
         self.took(done, Instant::now())
     }
 
     /// Takes a job's result: what it read becomes the last families.
     fn took(&mut self, done: Done, at: Instant) -> Outcome {
         match done {
-            Done::Read(collection) => {
+            Done::Read(collection, charge) => {
                 self.over_files = false;
-                self.last = Some((collection.families.clone(), at));
+                self.need = Some(if charge.cut.is_some() {
+                    usize::MAX
+                } else {
+                    charge.held
+                });
+                self.cut = charge.cut;
+                self.granted = charge.granted;
+                self.last = Some(Last {
+                    families: collection.families.clone(),
+                    at,
+                    unserved: false,
+                });
                 Outcome::Fresh(collection)
             }
             Done::OverFiles(files) => {
+                self.need = Some(0);
+                self.cut = None;
                 self.over_files();
                 Outcome::OverFiles(files)
             }
@@ -346,6 +505,28 @@ impl Slot {
         self.shared.budget.as_ref().map(|b| b.held())
     }
 
+    /// Makes the next job panic outside the reader's own guard, as a bug
+    /// around the read would (tests).
+    #[cfg(test)]
+    pub(crate) fn panic_next_job(&self) {
+        self.shared
+            .panic_next
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Waits until no job runs (tests).
+    #[cfg(test)]
+    pub(crate) fn wait_idle(&self, finished: &Finished) {
+        let mut guard = lock(&finished.lock);
+        while self.busy() {
+            guard = finished
+                .done
+                .wait_timeout(guard, Duration::from_millis(10))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
     /// Workers started for this part so far (tests).
     #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn workers_started(&self) -> usize {
@@ -358,13 +539,17 @@ impl Slot {
     }
 
     /// The part's outcome: its job's result if done, else its last
-    /// families while they are younger than `max_age`.
+    /// families if no collection served them yet or their read finished
+    /// within `max_age`.
     pub(crate) fn outcome(&mut self, max_age: Duration) -> Outcome {
         let done = lock(&self.shared.state).done.take();
         match done {
             Some((done, at)) => self.took(done, at),
-            None => Outcome::Late(match &self.last {
-                Some((families, at)) if at.elapsed() <= max_age => Late::Last(families.clone()),
+            None => Outcome::Late(match &mut self.last {
+                Some(last) if last.unserved || last.at.elapsed() <= max_age => {
+                    last.unserved = false;
+                    Late::Last(last.families.clone())
+                }
                 Some(_) => Late::Expired,
                 None => Late::None,
             }),
@@ -372,9 +557,11 @@ impl Slot {
     }
 }
 
-/// Runs one job on a part's worker and tells the waiting collection.
+/// Runs one job on a part's worker and tells the waiting collection. A
+/// panic anywhere in the read (a bug) leaves the part idle, with a fresh
+/// collector for its next job: logged once per part, and counted.
 fn run_job(shared: &Shared, job: Job) {
-    let done = read(shared, &job.inputs, &job.settings, job.check_files);
+    let done = read_caught(shared, &job.inputs, &job.settings, job.check_files);
     let mut state = lock(&shared.state);
     if state.retired {
         lock(&shared.collector).release_budget();
@@ -384,6 +571,27 @@ fn run_job(shared: &Shared, job: Job) {
     state.done = Some((done, Instant::now()));
     drop(state);
     job.finished.notify();
+}
+
+/// [`read`], a panic anywhere in it (a bug) leaving a fresh collector and
+/// serving nothing this time.
+fn read_caught(
+    shared: &Shared,
+    inputs: &[Input],
+    settings: &Settings,
+    check_files: Option<usize>,
+) -> Done {
+    catch_unwind(AssertUnwindSafe(|| {
+        read(shared, inputs, settings, check_files)
+    }))
+    .unwrap_or_else(|_| {
+        renew(
+            &mut lock(&shared.collector),
+            settings,
+            shared.budget.as_ref(),
+        );
+        panicked(shared)
+    })
 }
 
 /// Reads a part's `inputs`; with `check_files`, lists them first and reads
@@ -396,16 +604,22 @@ fn read(
     check_files: Option<usize>,
 ) -> Done {
     let (rechecks, all) = take_rechecks(shared);
+    #[cfg(test)]
+    if shared
+        .panic_next
+        .swap(false, std::sync::atomic::Ordering::Relaxed)
+    {
+        panic!("a bug around the read (test)");
+    }
     let mut collector = lock(&shared.collector);
     if let Some(max) = check_files {
         let files: usize = inputs.iter().map(count_files).sum();
         if files > max {
-            collector.release_budget();
-            *collector = Collector::with_link_policy(settings.link_policy);
-            apply(&mut collector, settings, shared.budget.as_ref());
+            renew(&mut collector, settings, shared.budget.as_ref());
             return Done::OverFiles(files);
         }
     }
+    let granted = shared.budget.as_ref().map_or(usize::MAX, |b| b.limit());
     prepare(
         &mut collector,
         settings,
@@ -414,19 +628,74 @@ fn read(
         all,
     );
     let collected = catch_unwind(AssertUnwindSafe(|| collector.collect(inputs)));
-    Done::Read(Box::new(collected.unwrap_or_else(|_| {
+    let Ok(collection) = collected else {
+        renew(&mut collector, settings, shared.budget.as_ref());
+        drop(collector);
+        return panicked(shared);
+    };
+    let held = shared.budget.as_ref().map_or(0, |b| b.held());
+    let skipped: Vec<&Path> = collection
+        .problems
+        .iter()
+        .filter(|p| matches!(p.reason, SkipReason::OverMemoryBudget { .. }))
+        .map(|p| p.path.as_path())
+        .collect();
+    let cut = (!skipped.is_empty()).then(|| Cut {
+        granted,
+        held,
+        needed: skipped
+            .iter()
+            .map(|path| bytes_in_use(path))
+            .fold(held, usize::saturating_add),
+        files: skipped.len(),
+    });
+    Done::Read(Box::new(collection), Charge { granted, held, cut })
+}
+
+/// What a job that panicked serves: nothing, counted; logged the first
+/// time for the part.
+fn panicked(shared: &Shared) -> Done {
+    let first = !std::mem::replace(&mut lock(&shared.state).panicked, true);
+    if first {
         tracing::error!(
-            "Reading a discovered part's metric files panicked (a bug); serving none of its metrics this time."
+            "Reading a part's metric files panicked (a bug); serving none of its metrics this time, reading it anew next time (multiproc_exporter_files_skipped_total{{reason=\"panic\"}}; logged once per part)."
         );
-        *collector = Collector::with_link_policy(settings.link_policy);
-        apply(&mut collector, settings, shared.budget.as_ref());
-        Collection::default()
-    })))
+    }
+    let mut collection = Collection::default();
+    collection.stats.parts_panicked = 1;
+    Done::Read(Box::new(collection), Charge::default())
+}
+
+/// The bytes in use of a metric file (its header's `used`), 0 when it
+/// cannot be read: what reading it would cost, about.
+fn bytes_in_use(path: &Path) -> usize {
+    use std::io::Read as _;
+    let mut header = [0u8; crate::format::layout::HEADER_LEN];
+    std::fs::File::open(path)
+        .and_then(|mut file| {
+            file.read_exact(&mut header)?;
+            file.metadata()
+        })
+        .ok()
+        .and_then(|meta| {
+            let len = usize::try_from(meta.len()).unwrap_or(usize::MAX);
+            crate::format::layout::read_used(&header, len).ok()
+        })
+        .flatten()
+        .unwrap_or(0)
+}
+
+/// Replaces `collector` by a fresh one (releasing what it charged to the
+/// budget), set up as `settings` say.
+fn renew(collector: &mut Collector, settings: &Settings, budget: Option<&Arc<MemoryBudget>>) {
+    collector.release_budget();
+    *collector = Collector::with_link_policy(settings.link_policy);
+    apply(collector, settings, budget);
 }
 
 /// The metric files (`*.db`) an input holds: a directory's entries so
 /// named, without reading them (0 when it cannot be listed).
-fn count_files(input: &Input) -> usize {
+pub(crate) fn count_files(input: &Input) -> usize {
     match input {
         Input::File(_) => 1,
         Input::Directory(dir) => std::fs::read_dir(dir).map_or(0, |entries| {

@@ -17,6 +17,17 @@
 //! the memory budget) at the first collection without it. A part may read
 //! several directories (inputs), merged together as `--dir A --dir B` merges
 //! them.
+//!
+//! The parts share the memory budget: before each read, a part's allowance
+//! is set from every part's last known need
+//! ([`crate::source::budget::allowances`]: an equal share is a floor, not a
+//! cap; under contention the part furthest over it is cut first). Read one
+//! after the other ([`PartReaders::collect`]), the parts never read yet go
+//! first, fewest files first, then the others, least needy first, each
+//! allowance computed from the needs just learnt: parts that together fit
+//! in the budget are all read whole from the first collection. A part cut
+//! for the budget is logged once per change, with what it needed and what
+//! it got.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -25,7 +36,9 @@ use std::time::{Duration, Instant};
 
 use crate::model::Label;
 pub use crate::pipeline::fair::Pin;
-use crate::pipeline::fair::{wait, Finished, Late, Outcome, Settings, Slot};
+use crate::pipeline::fair::{
+    count_files, wait, CutChange, Finished, Late, Outcome, Settings, Slot,
+};
 use crate::pipeline::lifecycle::WriterReport;
 use crate::pipeline::part_status::PartStatus;
 use crate::pipeline::{CollectStats, Collection};
@@ -261,13 +274,92 @@ impl<K: Ord + Clone> PartReaders<K> {
         self.collect_with(parts, Some(deadline))
     }
 
-    /// Each part's share of the memory budget when `parts` are read: an
-    /// equal one.
-    fn share(&self, parts: usize) -> usize {
+    /// Each part's floor of the memory budget when `parts` are read: an
+    /// equal share.
+    fn floor(&self, parts: usize) -> usize {
         self.settings
             .budget
             .as_ref()
             .map_or(usize::MAX, |budget| budget.limit() / parts.max(1))
+    }
+
+    /// Sets the allowance of `slots[index]`, or of every slot (`None`),
+    /// from the parts' needs, a part never read counted at `unknown`.
+    fn set_allowances(&self, slots: &mut [Slot], index: Option<usize>, unknown: usize) {
+        let Some(budget) = &self.settings.budget else {
+            return;
+        };
+        let needs: Vec<usize> = slots.iter().map(|s| s.need().unwrap_or(unknown)).collect();
+        let allowances = crate::source::budget::allowances(budget.limit(), &needs);
+        for (i, (slot, allowance)) in slots.iter_mut().zip(allowances).enumerate() {
+            if index.is_none_or(|index| index == i) {
+                slot.set_allowance(allowance, &self.settings);
+            }
+        }
+    }
+
+    /// Read side by side, the parts cut for the budget while the needs of
+    /// parts never read were not known yet (counted at their floor) are
+    /// read again, within `deadline`, when the needs learnt since leave them
+    /// more: parts that together fit in the budget are all read whole from
+    /// their first collection.
+    fn read_again_once_known(
+        &self,
+        parts: &[PartSpec<K>],
+        slots: &mut [Slot],
+        outcomes: &mut [Outcome],
+        floor: usize,
+        deadline: Instant,
+    ) {
+        let mut again = Vec::new();
+        for i in 0..slots.len() {
+            let Some(granted) = slots[i].cut_granted() else {
+                continue;
+            };
+            if !matches!(outcomes[i], Outcome::Fresh(_)) {
+                continue;
+            }
+            self.set_allowances(slots, Some(i), floor);
+            if slots[i].allowance().is_some_and(|now| now > granted) {
+                let max_files = self.caps.max_files;
+                slots[i].start(
+                    &parts[i].inputs,
+                    &parts[i].pins,
+                    &self.settings,
+                    max_files,
+                    &self.finished,
+                );
+                again.push(i);
+            }
+        }
+        if again.is_empty() {
+            return;
+        }
+        wait(&self.finished, again.iter().map(|&i| &slots[i]), deadline);
+        for i in again {
+            // Late: the first read stands (the second's result is taken by
+            // the next collection).
+            if let Outcome::Fresh(collection) = slots[i].outcome(self.settings.max_late_age) {
+                outcomes[i] = Outcome::Fresh(collection);
+            }
+        }
+    }
+
+    /// The order in which `parts` are read one after the other: those never
+    /// read first, fewest files first, then the others, least needy first
+    /// (so that each finds the needs of the smaller ones known).
+    fn read_order(parts: &[PartSpec<K>], slots: &[Slot]) -> Vec<usize> {
+        let mut order: Vec<(bool, usize, usize)> = slots
+            .iter()
+            .zip(parts)
+            .enumerate()
+            .map(|(i, (slot, spec))| match slot.need() {
+                None => (false, spec.inputs.iter().map(count_files).sum(), i),
+                Some(need) => (true, need, i),
+            })
+            .collect();
+        order.sort_unstable();
+        order.into_iter().map(|(_, _, i)| i).collect()
     }
 
     fn collect_with(
@@ -277,14 +369,13 @@ impl<K: Ord + Clone> PartReaders<K> {
     ) -> PartsCollection<K> {
         let mut out = PartsCollection::default();
         let mut previous = std::mem::take(&mut self.readers);
-        let share = self.share(parts.len());
+        let floor = self.floor(parts.len());
         let mut slots = Vec::with_capacity(parts.len());
         for spec in &parts {
             let slot = previous.remove(&spec.key).unwrap_or_else(|| {
                 out.appeared.push(spec.key.clone());
-                Slot::new(&self.settings, share)
+                Slot::new(&self.settings, floor)
             });
-            slot.set_share(share);
             slots.push(slot);
         }
         out.disappeared = previous
@@ -294,14 +385,23 @@ impl<K: Ord + Clone> PartReaders<K> {
                 key
             })
             .collect();
+        // Before anything is read, a part holding more than its allowance
+        // (a part never read counted at its floor) lets go of it.
+        self.set_allowances(&mut slots, None, floor);
         let max_files = self.caps.max_files;
         let outcomes: Vec<Outcome> = match deadline {
-            None => parts
-                .iter()
-                .zip(&mut slots)
-                .map(|(spec, slot)| slot.run(&spec.inputs, &self.settings, max_files))
-                .collect(),
+            None => {
+                let mut outcomes: Vec<Option<Outcome>> = slots.iter().map(|_| None).collect();
+                for i in Self::read_order(&parts, &slots) {
+                    // The needs of the parts read before are known now; a
+                    // part not read yet may need its whole allowance.
+                    self.set_allowances(&mut slots, Some(i), usize::MAX);
+                    outcomes[i] = Some(slots[i].run(&parts[i].inputs, &self.settings, max_files));
+                }
+                outcomes.into_iter().flatten().collect()
+            }
             Some(deadline) => {
+                let unknown = slots.iter().any(|slot| slot.need().is_none());
                 for (spec, slot) in parts.iter().zip(&mut slots) {
                     slot.start(
                         &spec.inputs,
@@ -312,10 +412,14 @@ impl<K: Ord + Clone> PartReaders<K> {
                     );
                 }
                 wait(&self.finished, slots.iter(), deadline);
-                slots
+                let mut outcomes: Vec<Outcome> = slots
                     .iter_mut()
                     .map(|slot| slot.outcome(self.settings.max_late_age))
-                    .collect()
+                    .collect();
+                if unknown {
+                    self.read_again_once_known(&parts, &mut slots, &mut outcomes, floor, deadline);
+                }
+                outcomes
             }
         };
         let mut problems = Vec::new();
@@ -351,6 +455,7 @@ impl<K: Ord + Clone> PartReaders<K> {
                             .map(|p| shown(p, &spec.shown_as)),
                     );
                     out.writer_conflicts.extend(collection.conflicts);
+                    log_cut(&spec.name, slot.cut_changed(), floor);
                     ray_logs_unreadable = ray_logs_unreadable.or(collection.ray_logs_unreadable);
                     if self.caps.max_files.is_some_and(|max| report.files > max) {
                         report.capped = Some(Capped::Files(report.files));
@@ -461,20 +566,44 @@ fn add_stats(total: &mut CollectStats, one: &CollectStats) {
     total.bytes_read += one.bytes_read;
     total.keys_decoded += one.keys_decoded;
     total.replanned |= one.replanned;
+    total.parts_panicked += one.parts_panicked;
 }
 
+/// Logs how a part's read went against its allowance of the memory
+/// budget, when that changed (`floor`: its equal share).
+fn log_cut(part: &str, change: Option<CutChange>, floor: usize) {
+    match change {
+        Some(CutChange::Cut(cut)) => tracing::warn!(
+            part,
+            needed_bytes = cut.needed,
+            granted_bytes = cut.granted,
+            held_bytes = cut.held,
+            floor_bytes = floor,
+            files_skipped = cut.files,
+            "A part needs more of --memory.budget than it is granted while the parts together need more than the budget: some of its files are left out (multiproc_exporter_files_skipped_total{{reason=\"over_memory_budget\"}}). Every part keeps at least its equal share (the floor); the part furthest over it is cut first."
+        ),
+        Some(CutChange::Whole) => tracing::info!(
+            part,
+            "A part cut for --memory.budget is read whole again."
+        ),
+        None => {}
+    }
+}
+
+#[cfg(test)]
+mod sharing_tests;
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::source::SkipReason;
 
-    fn counter(dir: &Path, pid: u32, value: f64) {
+    pub(super) fn counter(dir: &Path, pid: u32, value: f64) {
         let key = crate::format::writer::encode_key("c", "c_total", &[], "C.");
         let bytes = crate::format::writer::file_bytes(&[(key.as_str(), value, 0.0)]);
         std::fs::write(dir.join(format!("counter_{pid}.db")), bytes).unwrap();
     }
 
-    fn spec(key: &str, dir: &Path, shown: &str) -> PartSpec<String> {
+    pub(super) fn spec(key: &str, dir: &Path, shown: &str) -> PartSpec<String> {
         PartSpec {
             key: key.to_owned(),
             name: key.into(),
@@ -637,7 +766,7 @@ mod tests {
         assert!(out.collection.families.is_empty());
     }
 
-    fn text_of(out: &PartsCollection<String>) -> String {
+    pub(super) fn text_of(out: &PartsCollection<String>) -> String {
         String::from_utf8(crate::expose::encode::encode(
             &out.collection.families,
             crate::expose::encode::Format::Text,

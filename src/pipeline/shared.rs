@@ -298,7 +298,8 @@ impl SharedCollection {
             .filter(|r| config.upstreams.is_empty() && Arc::ptr_eq(&r.config, config))
             .map(|r| r.merged_id);
         let collected = catch_unwind(AssertUnwindSafe(|| state.source.collect_since(held)));
-        let panicked = collected.is_err();
+        // A part's read that panicked (`pipeline/fair.rs`) counts too.
+        let mut panicked = collected.is_err();
         let mut gathered = collected.unwrap_or_else(|_| {
             tracing::error!(
                 "Reading the metric files panicked (a bug); serving no merged metrics this time."
@@ -306,6 +307,7 @@ impl SharedCollection {
             state.source.reset();
             Gathered::default()
         });
+        panicked |= gathered.collection.stats.parts_panicked > 0;
         let reused = match state.reusable.take() {
             Some(r) if gathered.collection.unchanged && held == Some(r.merged_id) => Some(r),
             _ => None,

@@ -9,6 +9,38 @@
 //! [`crate::merge::KeyStore::approx_bytes`] and the reader). A file whose
 //! reading would take the charge past the limit is skipped with
 //! [`super::SkipReason::OverMemoryBudget`]; the files read before it stay.
+//!
+//! # Sharing the budget between parts
+//!
+//! With several parts (one per subdirectory with
+//! `--dir.subdirectories-label`, one per pod with `--discover.processes`),
+//! each part reads within its own share ([`MemoryBudget::share_of`]), whose
+//! limit is the part's *allowance*, set before each of its reads by
+//! [`allowances`] (issue 47):
+//!
+//! - Each part's *floor* is an equal share, `limit / parts`. A share is a
+//!   floor, not a cap: without contention (the parts together need no more
+//!   than the limit) every part is read whole, however unequal they are.
+//! - Under contention the budget is filled like water: every part gets what
+//!   it needs up to a common level, and the parts that need more than the
+//!   level get the level (never less than their floor). The part furthest
+//!   over its floor is therefore the one cut, and the one cut most.
+//! - What a part *needs* is what it held after its last read; a part that
+//!   had files skipped for the budget needs "more than it got" (treated as
+//!   unbounded); a part never read yet is counted at its floor, so that a
+//!   new part always finds its floor free (issue 40: a hostile pod cannot
+//!   take the others' budget before its caps apply). One read is enough to
+//!   learn a part's need: there is no global two-pass read.
+//! - A part holding more than its new allowance (a part was added, another
+//!   grew) lets go of everything it holds before its next read and reads
+//!   anew within its allowance; a part that was cut and whose allowance
+//!   grew reads anew too, so that the files it skipped are read.
+//! - Every share's charge also counts against the whole budget, so the
+//!   limit holds even while allowances computed from last known needs are
+//!   stale: a part is never given memory another part still holds.
+//!
+//! The computation is deterministic: the same needs give the same
+//! allowances, whatever order the parts are read in.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -96,6 +128,39 @@ impl MemoryBudget {
                 .as_ref()
                 .is_none_or(|parent| parent.allows(own, own_now))
     }
+}
+
+/// Each part's allowance of a budget of `limit` bytes shared by parts that
+/// need `needs` bytes (`usize::MAX`: more than it got), in the same order:
+/// for part `i`, the water level `w` at which the others' needs, each taken
+/// up to `w`, plus `w` for part `i` fill the limit
+/// (`sum(min(need_j, w) for j != i) + w == limit`), and `limit` when the
+/// others leave that much. Never less than the floor `limit / parts`: a
+/// part always gets at least its equal share, and only the parts that need
+/// more than the level are cut (see the module's documentation).
+pub fn allowances(limit: usize, needs: &[usize]) -> Vec<usize> {
+    let mut sorted: Vec<(usize, usize)> = needs.iter().copied().zip(0..).collect();
+    sorted.sort_unstable();
+    (0..needs.len())
+        .map(|i| {
+            let mut remaining = limit;
+            let mut sharing = needs.len();
+            for &(need, j) in &sorted {
+                if j == i {
+                    continue;
+                }
+                // Everyone left shares `remaining` equally: a need below that
+                // level is met whole, and leaves more for the others.
+                if need <= remaining / sharing {
+                    remaining -= need;
+                    sharing -= 1;
+                } else {
+                    break;
+                }
+            }
+            remaining / sharing.max(1)
+        })
+        .collect()
 }
 
 /// The memory limit this process runs under, in bytes: the smallest of its
@@ -257,5 +322,22 @@ mod tests {
         assert!(budget.allows(0, 40));
         budget.update(60, 10);
         assert_eq!(budget.held(), 10);
+    }
+
+    #[test]
+    fn a_share_is_a_floor_not_a_cap() {
+        // Without contention, every part may take what it needs.
+        assert_eq!(allowances(100, &[60, 5, 5, 5]), [85, 45, 45, 45]);
+        // Under contention, the part furthest over its floor is cut to the
+        // level; the others keep what they need.
+        assert_eq!(allowances(100, &[90, 5, 5, 5]), [85, 45, 45, 45]);
+        assert_eq!(allowances(8, &[5, 3, 1]), [4, 3, 2]);
+        // Two parts wanting more than they got: equal shares of what the
+        // others leave, never less than the floor.
+        assert_eq!(allowances(100, &[usize::MAX, usize::MAX, 10]), [45, 45, 33]);
+        let needs = [usize::MAX; 4];
+        assert_eq!(allowances(100, &needs), [25; 4]);
+        assert_eq!(allowances(100, &[]), Vec::<usize>::new());
+        assert_eq!(allowances(100, &[200]), [100]);
     }
 }

@@ -333,3 +333,74 @@ fn an_invalid_label_name_is_refused_at_start() {
         assert_eq!(code, 2, "{bad}: {stderr}");
     }
 }
+
+/// One process writing `argv[1]` series of counter `argv[2]`, each once.
+const MANY_SERIES: &str = r#"
+import sys
+from prometheus_client import Counter
+c = Counter(sys.argv[2], 'Requests.', ['path'])
+for i in range(int(sys.argv[1])):
+    c.labels('/p/%d' % i).inc()
+"#;
+
+/// Issue 47: `p/big` (4 writers x 5,000 series) beside four tiny pods,
+/// under `--memory.budget 8MiB`: its equal share (a fifth) was a cap, so two
+/// of its files were skipped (`big_requests_total{app="big",path="/p/0"}
+/// 2.0` where prometheus_client gives 4.0) although the budget had room.
+#[test]
+fn a_pod_bigger_than_its_share_is_read_whole_while_the_budget_has_room() {
+    let Some(python) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let parent = tmp.path().join("p");
+    for (pod, writers, series) in [
+        ("big", 4, "5000"),
+        ("t1", 1, "1"),
+        ("t2", 1, "1"),
+        ("t3", 1, "1"),
+        ("t4", 1, "1"),
+    ] {
+        let dir = parent.join(pod);
+        std::fs::create_dir_all(&dir).unwrap();
+        let name = format!("{pod}_requests");
+        for _ in 0..writers {
+            run_python(
+                &python,
+                MANY_SERIES,
+                &[series, &name],
+                &[("PROMETHEUS_MULTIPROC_DIR", dir.to_str().unwrap())],
+            );
+        }
+    }
+    let expected = reference(&python, &parent, "app");
+    assert!(expected.contains("big_requests_total{app=\"big\",path=\"/p/0\"} 4.0\n"));
+    let exporter = Exporter::start(&[
+        "--dir",
+        parent.to_str().unwrap(),
+        "--dir.subdirectories-label",
+        "app",
+        "--memory.budget",
+        "8MiB",
+    ]);
+    for _ in 0..2 {
+        let served = exporter.metrics();
+        assert!(
+            served.contains("big_requests_total{app=\"big\",path=\"/p/0\"} 4.0\n"),
+            "{}",
+            served.lines().find(|l| l.contains("/p/0\"")).unwrap_or("")
+        );
+        assert_eq!(
+            sample(
+                &served,
+                "multiproc_exporter_scrape_files_skipped{reason=\"over_memory_budget\"}"
+            )
+            .unwrap_or(0.0),
+            0.0
+        );
+        let merged: String = served
+            .lines()
+            .filter(|l| !l.contains("multiproc_exporter_") && !l.contains("process_"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_eq!(merged, expected);
+    }
+}

@@ -10,6 +10,8 @@ must leave alone); prints ``ready``, then obeys one command a line:
 * ``hold NAME``: creates ``NAME`` in the metrics directory and keeps it open
   at 0 bytes, as prometheus_client does for an instant between creating a
   file and sizing it; prints ``held``;
+* ``series N``: increments ``app_paths_total{path="/p/<i>"}`` for ``i`` in
+  ``0..N`` (a pod of many series); prints ``wrote``;
 * ``exit``: exits (without ``mark_process_dead``, like a crash).
 
 ``tests/it/writers.rs`` kills these processes and checks what the exporter
@@ -38,10 +40,17 @@ if os.environ.get("WRITER_ALL_KINDS") == "1":
 print("ready", flush=True)
 
 held = []
+paths = None
 for line in sys.stdin:
     command, *args = line.split()
     if command == "hold":
         held.append(open(os.path.join(os.environ["PROMETHEUS_MULTIPROC_DIR"], args[0]), "a+b"))
         print("held", flush=True)
+    elif command == "series":
+        if paths is None:
+            paths = Counter("app_paths", "Requests by path.", ["path"])
+        for i in range(int(args[0])):
+            paths.labels("/p/%d" % i).inc()
+        print("wrote", flush=True)
     elif command == "exit":
         break

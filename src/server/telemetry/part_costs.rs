@@ -71,7 +71,7 @@ impl PartCostLog {
                 Some(LateServed::Expired) if note("expired") => tracing::warn!(
                     part = %part.part,
                     labels = %labels,
-                    "A pod's metric files have not been read for longer than --discover.late-max-age: it is left out until its read ends (a gap, not frozen values); the other pods are served (multiproc_exporter_discovery_part_late{{served=\"expired\"}})."
+                    "No read of a pod's metric files has finished within --discover.late-max-age (its read is still running, its last collection was served already): it is left out until a read ends (a gap, not frozen values); the other pods are served (multiproc_exporter_discovery_part_late{{served=\"expired\"}})."
                 ),
                 Some(served) if note("late") => tracing::warn!(
                     part = %part.part,

@@ -22,11 +22,13 @@
 //! `serve --discover.processes` end to end is [`serve`]'s, what an operator
 //! sees of it (status page, API, `dump`) and the labels outside Kubernetes
 //! [`status`]', and the capabilities it needs [`privileges`]'; a pod's read
-//! stuck in the kernel [`stuck`]'s.
+//! stuck in the kernel [`stuck`]'s; pods of unequal size under one memory
+//! budget [`budget`]'s.
 //!
 //! Skipped, with a notice, when not root, except under `CI=true`, where that
 //! is a failure.
 
+mod budget;
 mod harness;
 mod hostile;
 mod privileges;

@@ -166,7 +166,7 @@ fn a_stuck_pod_is_left_out_after_the_age_limit_and_the_others_stay_fresh() {
     exporter.sync_logs();
     let part = format!("{ns}/stuck/vllm");
     let logged: Vec<_> = exporter
-        .logs_with("A pod's metric files have not been read for longer than --discover.late-max-age: it is left out until its read ends (a gap, not frozen values); the other pods are served (multiproc_exporter_discovery_part_late{served=\"expired\"}).")
+        .logs_with("No read of a pod's metric files has finished within --discover.late-max-age (its read is still running, its last collection was served already): it is left out until a read ends (a gap, not frozen values); the other pods are served (multiproc_exporter_discovery_part_late{served=\"expired\"}).")
         .into_iter()
         .filter(|l| l["part"].as_str() == Some(&part))
         .collect();
