@@ -11,12 +11,12 @@ writers change them), in one run, the ways taking turns call by call:
 5. ``multiproc_exporter.generate_latest(path)``.
 
 The directories are scripts/compare.py's (``gen_fixture --processes N``, default 16 and 1,024 writers). While the
-ways run, a second process adds 1 to one value in every file every 2 ms (through the files' maps, as a writer
-does). Every call is what an application's ``/metrics`` does: a new registry and collector, then the exposition.
+ways run, a second process adds 1 to one value in every file every 2 ms (``--bump all``: to every value), through
+the files' maps, as a writer does. Every call is what an application's ``/metrics`` does: a new registry and collector, then the exposition.
 Before the writer starts, each way's bytes are compared with prometheus_client's on the same files. Prints a
 Markdown table: median and p90 milliseconds, ratio of medians to prometheus_client's and to the speedups'.
 
-    python scripts/bench-python-package.py --gen target/debug/examples/gen_fixture [--sizes 16,1024]
+    python scripts/bench-python-package.py --gen target/debug/examples/gen_fixture [--sizes 16,1024] [--bump all]
 
 Run with a Python that has the wheel, prometheus_client==0.26.0 and (optionally)
 prometheus-client-python-speedups==0.1.0 installed (docs/performance.md#python-drop-in says how).
@@ -47,7 +47,8 @@ try:
 except ImportError:
     speedups = None
 
-# The writer: one value in every file (the first entry's), +1 every 2 ms, through a shared map.
+# The writer: one value in every file (the first entry's; with "all", every value of every file), +1 every
+# 2 ms, through a shared map.
 BUMPER = textwrap.dedent('''
     import glob, mmap, os, struct, sys, time
     from prometheus_client.mmap_dict import _read_all_values
@@ -57,7 +58,8 @@ BUMPER = textwrap.dedent('''
             m = mmap.mmap(f.fileno(), 0)
         for _key, _value, _timestamp, pos in _read_all_values(m):
             maps.append((m, pos))
-            break
+            if sys.argv[2] != 'all':
+                break
     print(len(maps), flush=True)
     while True:
         for m, pos in maps:
@@ -96,6 +98,8 @@ def main():
     p.add_argument('--sizes', default='16,1024')
     p.add_argument('--calls', type=int, default=30, help='calls per way and size (at most)')
     p.add_argument('--seconds', type=float, default=60.0, help='time per size (at least 5 rounds)')
+    p.add_argument('--bump', choices=['first', 'all'], default='first',
+                   help="what the writer changes: one value in every file (default), or every value")
     p.add_argument('--json', help='also write the results here')
     args = p.parse_args()
     # prometheus_client's own functions, kept before install() replaces the module's names.
@@ -119,7 +123,7 @@ def main():
                                                 check=True, capture_output=True, text=True).stdout)
             expected = ways[0][1](directory)
             identical = {name: fn(directory) == expected for name, fn in ways}
-            bumper = subprocess.Popen([sys.executable, '-c', BUMPER, directory], stdout=subprocess.PIPE, text=True)
+            bumper = subprocess.Popen([sys.executable, '-c', BUMPER, directory, args.bump], stdout=subprocess.PIPE, text=True)
             try:
                 bumped = int(bumper.stdout.readline())
                 times = {name: [] for name, _ in ways}

@@ -25,8 +25,8 @@ use multiproc_exporter::source::writers::{LivenessMode, WriterPolicy};
 use multiproc_exporter::source::Input;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::PyTypeInfo;
 use pyo3::types::{PyBytes, PyDict, PyFloat, PyList, PyString, PyTuple, PyType};
+use pyo3::PyTypeInfo;
 
 /// The binary's deliberate differences a Python collector may opt into
 /// (all off: prometheus_client's exact output).
@@ -264,9 +264,7 @@ fn samples_of<'py>(
     let mut strings: HashMap<&str, Bound<'py, PyString>> = HashMap::new();
     let mut samples = Vec::with_capacity(family.samples.len());
     for sample in &family.samples {
-        let appended = appended.filter(|name| {
-            *name != "le" || sample.name.ends_with("_bucket")
-        });
+        let appended = appended.filter(|name| *name != "le" || sample.name.ends_with("_bucket"));
         let labels = PyDict::new(py);
         let mut last = None;
         for (name, value) in sample.labels.iter() {
@@ -281,9 +279,9 @@ fn samples_of<'py>(
         }
         if let (Some(name), Some(value)) = (appended, last) {
             labels.set_item(
-                    interned(py, &mut strings, name),
-                    interned(py, &mut strings, value),
-                )?;
+                interned(py, &mut strings, name),
+                interned(py, &mut strings, value),
+            )?;
         }
         let mut fields: Vec<Bound<'py, PyAny>> = Vec::with_capacity(width);
         fields.push(interned(py, &mut strings, &sample.name).into_any());
@@ -321,8 +319,7 @@ fn collect<'py>(
         drop_dead_gauges,
         process_metrics,
     };
-    let (families, versions, problems) =
-        py.detach(|| collect_directory(path, differences, true));
+    let (families, versions, problems) = py.detach(|| collect_directory(path, differences, true));
     let mut out = Vec::with_capacity(families.len());
     for (family, version) in families.iter().zip(versions) {
         let name = PyString::new(py, &family.name);
