@@ -4,9 +4,13 @@
 //!
 //! Nothing here reads, merges or encodes by itself: a directory is collected
 //! by the library's [`Collector`] (the reader and merge the binary uses) and
-//! encoded by [`multiproc_exporter::expose::encode`]. What this module adds is
-//! the state per directory across Python collector objects, the release of
-//! the GIL while reading and merging, and the conversion to Python values.
+//! encoded by the exporter's [`EncodeMemo`] (over
+//! [`multiproc_exporter::expose::encode`]). What this module adds is the
+//! state per directory across Python collector objects (bounded: dropped
+//! after 10 minutes unread, at most 64; reset in a forked child), the
+//! version of each family (so that Python reuses the objects of families
+//! that did not change), the release of the GIL while reading and merging,
+//! and the conversion to Python values.
 //! The command line of the `multiproc-exporter` entry point is the library's
 //! [`multiproc_exporter::cli::main_from`].
 
@@ -18,7 +22,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use multiproc_exporter::expose::encode::{encode, Escaping, Format};
+use multiproc_exporter::expose::encode::{Escaping, Format};
+use multiproc_exporter::expose::memo::EncodeMemo;
 use multiproc_exporter::model::{MetricFamily, MetricType};
 use multiproc_exporter::pipeline::{Collection, Collector};
 use multiproc_exporter::source::writers::{LivenessMode, WriterPolicy};
@@ -76,7 +81,14 @@ struct DirectoryState {
     /// last changed (versions come from [`NEXT_VERSION`]: never reused, so a
     /// version names one content for the life of the process).
     versions: HashMap<Arc<str>, (MetricFamily, u64)>,
+    /// One encoding memo per format and escaping asked (the exporter's
+    /// [`EncodeMemo`]: families unchanged since the last exposition are
+    /// copied, not encoded again).
+    memos: Vec<EncodeMemo>,
 }
+
+/// Text a memo keeps at most (as the exporter's scrape memo).
+const MEMO_MAX_BYTES: usize = 16 << 20;
 
 /// Files newly skipped by a collection: (path, reason).
 type Skipped = Vec<(String, String)>;
@@ -136,6 +148,7 @@ fn state_of(path: &Path, differences: Differences) -> Arc<Mutex<DirectoryState>>
                 collector,
                 reported: HashSet::new(),
                 versions: HashMap::new(),
+                memos: Vec::new(),
             })),
             last_used: now,
         }
@@ -178,6 +191,46 @@ fn collect_directory(
 ) -> (Vec<MetricFamily>, Vec<u64>, Skipped) {
     let state = state_of(&path, differences);
     let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+    collect_into(&mut state, path, versions)
+}
+
+/// The exposition of `path` in `format` and `escaping` (no GIL needed),
+/// through the directory's memo, and the skipped files not reported before.
+fn expose_directory(
+    path: PathBuf,
+    differences: Differences,
+    format: Format,
+    escaping: Escaping,
+) -> (Vec<u8>, Skipped) {
+    let state = state_of(&path, differences);
+    let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+    let (families, _, problems) = collect_into(&mut state, path, false);
+    let at = match state
+        .memos
+        .iter()
+        .position(|m| m.encodes() == (format, escaping))
+    {
+        Some(at) => at,
+        None => {
+            state
+                .memos
+                .push(EncodeMemo::new(format, escaping, MEMO_MAX_BYTES));
+            state.memos.len() - 1
+        }
+    };
+    let memo = &mut state.memos[at];
+    memo.encode(&families, 0);
+    let body = memo.body().to_vec();
+    memo.release_unkept();
+    (body, problems)
+}
+
+/// [`collect_directory`] with the directory's state locked.
+fn collect_into(
+    state: &mut DirectoryState,
+    path: PathBuf,
+    versions: bool,
+) -> (Vec<MetricFamily>, Vec<u64>, Skipped) {
     let Collection {
         families, problems, ..
     } = state.collector.collect(&[Input::Directory(path)]);
@@ -381,10 +434,7 @@ fn exposition<'py>(
             )))
         }
     };
-    let (body, problems) = py.detach(|| {
-        let (families, _, problems) = collect_directory(path, differences, false);
-        (encode(&families, format, escaping), problems)
-    });
+    let (body, problems) = py.detach(|| expose_directory(path, differences, format, escaping));
     Ok((PyBytes::new(py, &body), problems))
 }
 
