@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use multiproc_exporter::expose::encode::{Escaping, Format};
-use multiproc_exporter::expose::memo::EncodeMemo;
+use multiproc_exporter::expose::memo::{same, EncodeMemo};
 use multiproc_exporter::model::{MetricFamily, MetricType};
 use multiproc_exporter::pipeline::{Collection, Collector};
 use multiproc_exporter::source::writers::{LivenessMode, WriterPolicy};
@@ -169,18 +169,6 @@ fn state_of(path: &Path, differences: Differences) -> Arc<Mutex<DirectoryState>>
     state
 }
 
-/// Whether two families give the same exposition and the same Python
-/// objects (values compared bit for bit: `-0.0` is not `0.0`).
-fn same_family(a: &MetricFamily, b: &MetricFamily) -> bool {
-    a.name == b.name
-        && a.help == b.help
-        && a.metric_type == b.metric_type
-        && a.samples.len() == b.samples.len()
-        && a.samples.iter().zip(&b.samples).all(|(x, y)| {
-            x.value.to_bits() == y.value.to_bits() && x.name == y.name && x.labels == y.labels
-        })
-}
-
 /// Collects `path` (no GIL needed) and returns the families with the skipped
 /// files not reported before (path, reason). With `versions`, also the
 /// version of each family (see [`DirectoryState::versions`]).
@@ -253,7 +241,7 @@ fn collect_into(
         let kept = &mut state.versions;
         for family in &families {
             let number = match kept.get_mut(&family.name) {
-                Some((last, number)) if same_family(last, family) => *number,
+                Some((last, number)) if same(last, family) => *number,
                 Some((last, number)) => {
                     *last = family.clone();
                     *number = NEXT_VERSION.fetch_add(1, Ordering::Relaxed);
