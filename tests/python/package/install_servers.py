@@ -1,5 +1,7 @@
-"""``multiproc_exporter.install()`` in real servers (issue 50): the same bytes with and without it, on the same
-files (written beforehand by real prometheus_client processes), from
+"""``multiproc_exporter.install()`` in real servers (issue 50): the same bytes with and without it, each equal to
+prometheus_client's own exposition (computed here, without install()) of the same files (written beforehand by
+real prometheus_client processes, plus the files the servers' workers write when they start: the instrumentator's
+unlabelled histogram; no request the test makes is instrumented, so the files hold still), from
   * a FastAPI app exposed as vLLM 0.33 exposes it (install_apps/vllm_like.py: prometheus-fastapi-instrumentator's
     ``expose()``, prometheus_client's ``make_asgi_app`` mounted behind it) under 3 uvicorn workers, ``install()``
     run by a ``sitecustomize.py`` (before the instrumentator imports ``generate_latest`` by name);
@@ -12,6 +14,7 @@ for the text format, OpenMetrics, gzip and ``name[]``. With install(), every wor
 
 import gzip
 import json
+from urllib.parse import parse_qs, urlsplit
 import os
 import shutil
 import signal
@@ -26,6 +29,8 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 APPS = os.path.join(HERE, 'install_apps')
 WORKERS = 3
+
+from prometheus_client import CollectorRegistry, exposition, multiprocess
 
 WRITER = '''
 from prometheus_client import Counter, Gauge, Histogram
@@ -62,6 +67,18 @@ def get(url, accept='', encoding=''):
         return content_type, body
 
 
+def reference(metrics_dir, path, accept, instrumentator):
+    """prometheus_client's own answer (no install() in this process) for the directory as it is now: the
+    instrumentator's ``expose()`` answers ``generate_latest`` whatever is asked; prometheus_client's apps
+    answer through ``_bake_output``."""
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=metrics_dir)
+    if instrumentator:
+        return exposition.generate_latest(registry)
+    params = parse_qs(urlsplit(path).query)
+    return exposition._bake_output(registry, accept, '', params, True)[2]
+
+
 def serve(command, env, requests, installed):
     """Starts ``command``, asks every request 4 times (spread over the workers), checks each answer is the
     same every time, and returns the answers."""
@@ -70,15 +87,16 @@ def serve(command, env, requests, installed):
                               start_new_session=True)
     base = f'http://127.0.0.1:{port}'
     try:
+        # Every worker up (each has written its files when it answers), so that the files hold still.
         deadline = time.monotonic() + 90
-        while True:
+        started = set()
+        while len(started) < WORKERS:
             try:
-                get(base + '/installed')
-                break
+                started.add(json.loads(get(base + '/installed')[1])['pid'])
             except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise SystemExit(f'{command[0]} did not start')
                 time.sleep(0.3)
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise SystemExit(f'{command[0]}: {len(started)} of {WORKERS} workers answered in 90 s')
         answers = {}
         for _ in range(4):
             for path, accept, encoding in requests:
@@ -129,14 +147,19 @@ def main():
              dict(env, MULTIPROC_EXPORTER_INSTALL='1')),
         ]
         for name, command, requests, installed_env in cases:
-            without, workers_without = serve(command, env, requests, False)
-            with_install, workers_with = serve(command, installed_env, requests, True)
-            assert set(without) == set(with_install)
-            for key in without:
-                assert without[key] == with_install[key], (name, key, without[key], with_install[key])
-            assert any(b'vllm:request_success_total' in body for _, body in without.values())
-            print(f'install_servers: {name}: {len(requests)} requests x 4 byte-identical with and without '
-                  f'install() ({workers_without} and {workers_with} workers answered)')
+            answers = {}
+            for installed, run_env in ((False, env), (True, installed_env)):
+                answers[installed], workers = serve(command, run_env, requests, installed)
+                # The servers have stopped: their files hold what they held when they answered.
+                for (path, accept, encoding), (_, body) in answers[installed].items():
+                    expected = reference(metrics_dir, path, accept, 'vllm_like' in command[-1] and
+                                         path.startswith('/metrics'))
+                    assert body == expected, (name, installed, path, accept, encoding, body, expected)
+            # And the same content types.
+            assert {k: v[0] for k, v in answers[False].items()} == {k: v[0] for k, v in answers[True].items()}
+            assert any(b'vllm:request_success_total' in body for _, body in answers[True].values())
+            print(f'install_servers: {name}: {len(requests)} requests x 4, each equal to prometheus_client\'s '
+                  f'exposition of the same files, with and without install() ({workers} workers answered)')
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
     print('install_servers: ok')
