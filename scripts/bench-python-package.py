@@ -1,12 +1,22 @@
-"""Benchmark of one ``generate_latest`` of a multiprocess directory, in one run, through
-(1) prometheus_client 0.26.0's ``MultiProcessCollector``, (2) ``prometheus-client-python-speedups`` 0.1.0's
-``merge(files)`` (client_python#1086) where it installs, (3) ``multiproc_exporter.MultiProcessCollector`` and
-(4) ``multiproc_exporter.generate_latest``, on scripts/compare.py's directories (``gen_fixture --processes N``,
-default 16 and 1,024 writers). Every call is what an application's ``/metrics`` does: a new registry and
-collector, then the exposition (the drop-in keeps its state per directory, so calls after the first read only
-what changed). Prints a Markdown table (median and p90 milliseconds; ratio to prometheus_client).
+"""Benchmark of one ``/metrics`` exposition of a multiprocess directory whose files change between calls (as live
+writers change them), in one run, the ways taking turns call by call:
 
-    python scripts/bench-python-package.py --gen target/release/examples/gen_fixture [--sizes 16,1024]
+1. prometheus_client 0.26.0: its ``MultiProcessCollector`` and ``generate_latest``;
+2. ``prometheus-client-python-speedups`` 0.1.0's ``merge(files)`` (client_python#1086) turned into
+   prometheus_client Metrics, then ``generate_latest`` (where it installs);
+3. ``multiproc_exporter.MultiProcessCollector`` (the drop-in) and prometheus_client's ``generate_latest``,
+   without ``install()``: the collector path (a registry ``install()`` cannot answer natively pays this);
+4. ``prometheus_client.generate_latest`` after ``multiproc_exporter.install()``, over a registry holding
+   prometheus_client's own ``MultiProcessCollector`` (what vLLM's, SGLang's or a gunicorn app's ``/metrics`` runs);
+5. ``multiproc_exporter.generate_latest(path)``.
+
+The directories are scripts/compare.py's (``gen_fixture --processes N``, default 16 and 1,024 writers). While the
+ways run, a second process adds 1 to one value in every file every 2 ms (``--bump all``: to every value), through
+the files' maps, as a writer does. Every call is what an application's ``/metrics`` does: a new registry and collector, then the exposition.
+Before the writer starts, each way's bytes are compared with prometheus_client's on the same files. Prints a
+Markdown table: median and p90 milliseconds, ratio of medians to prometheus_client's and to the speedups'.
+
+    python scripts/bench-python-package.py --gen target/debug/examples/gen_fixture [--sizes 16,1024] [--bump all]
 
 Run with a Python that has the wheel, prometheus_client==0.26.0 and (optionally)
 prometheus-client-python-speedups==0.1.0 installed (docs/performance.md#python-drop-in says how).
@@ -20,9 +30,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 
-from prometheus_client import CollectorRegistry, generate_latest
+import prometheus_client
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import generate_latest as prometheus_client_generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.samples import Sample
@@ -33,6 +46,26 @@ try:
     import prometheus_client_python_speedups as speedups
 except ImportError:
     speedups = None
+
+# The writer: one value in every file (the first entry's; with "all", every value of every file), +1 every
+# 2 ms, through a shared map.
+BUMPER = textwrap.dedent('''
+    import glob, mmap, os, struct, sys, time
+    from prometheus_client.mmap_dict import _read_all_values
+    maps = []
+    for path in sorted(glob.glob(os.path.join(sys.argv[1], '*.db'))):
+        with open(path, 'r+b') as f:
+            m = mmap.mmap(f.fileno(), 0)
+        for _key, _value, _timestamp, pos in _read_all_values(m):
+            maps.append((m, pos))
+            if sys.argv[2] != 'all':
+                break
+    print(len(maps), flush=True)
+    while True:
+        for m, pos in maps:
+            struct.pack_into('d', m, pos, struct.unpack_from('d', m, pos)[0] + 1)
+        time.sleep(0.002)
+''')
 
 
 class SpeedupsCollector:
@@ -51,61 +84,78 @@ class SpeedupsCollector:
         return out
 
 
-def through(collector_class):
+def through(collector_class, encoder):
     def once(path):
         registry = CollectorRegistry()
         collector_class(registry, path=path)
-        return generate_latest(registry)
+        return encoder(registry)
     return once
-
-
-def time_calls(fn, path, seconds, max_calls):
-    times = []
-    deadline = time.perf_counter() + seconds
-    while len(times) < max_calls and (len(times) < 3 or time.perf_counter() < deadline):
-        start = time.perf_counter()
-        fn(path)
-        times.append((time.perf_counter() - start) * 1e3)
-    times.sort()
-    return statistics.median(times), times[int(0.9 * (len(times) - 1))], len(times)
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument('--gen', required=True, help='the gen_fixture example binary')
     p.add_argument('--sizes', default='16,1024')
-    p.add_argument('--seconds', type=float, default=5.0, help='time per way and size')
+    p.add_argument('--calls', type=int, default=30, help='calls per way and size (at most)')
+    p.add_argument('--seconds', type=float, default=60.0, help='time per size (at least 5 rounds)')
+    p.add_argument('--bump', choices=['first', 'all'], default='first',
+                   help="what the writer changes: one value in every file (default), or every value")
     p.add_argument('--json', help='also write the results here')
     args = p.parse_args()
-    ways = [('prometheus_client MultiProcessCollector', through(MultiProcessCollector))]
+    # prometheus_client's own functions, kept before install() replaces the module's names.
+    multiproc_exporter.install()
+    ways = [('prometheus_client 0.26.0 MultiProcessCollector + generate_latest',
+             through(MultiProcessCollector, prometheus_client_generate_latest))]
     if speedups is not None:
-        ways.append(('prometheus-client-python-speedups 0.1.0 merge', through(SpeedupsCollector)))
-    ways.append(('multiproc_exporter.MultiProcessCollector', through(multiproc_exporter.MultiProcessCollector)))
-    ways.append(('multiproc_exporter.generate_latest', lambda path: multiproc_exporter.generate_latest(path)))
+        ways.append(('prometheus-client-python-speedups 0.1.0 + generate_latest',
+                     through(SpeedupsCollector, prometheus_client_generate_latest)))
+    ways.append(('multiproc_exporter.MultiProcessCollector + generate_latest (no install)',
+                 through(multiproc_exporter.MultiProcessCollector, prometheus_client_generate_latest)))
+    # prometheus_client.generate_latest is install()'s now; the collector is prometheus_client's own class.
+    ways.append(('prometheus_client.generate_latest after install()',
+                 through(MultiProcessCollector, prometheus_client.generate_latest)))
+    ways.append(('multiproc_exporter.generate_latest()', lambda path: multiproc_exporter.generate_latest(path)))
     results = []
     with tempfile.TemporaryDirectory(prefix='mpe-bench-py-') as work:
         for size in [int(s) for s in args.sizes.split(',')]:
             directory = os.path.join(work, f'p{size}')
             fixture = json.loads(subprocess.run([args.gen, '--processes', str(size), '--dir', directory, '--clean'],
                                                 check=True, capture_output=True, text=True).stdout)
-            expected = through(MultiProcessCollector)(directory)
-            for name, fn in ways:
-                start = time.perf_counter()
-                first_body = fn(directory)
-                first = (time.perf_counter() - start) * 1e3
-                median, p90, calls = time_calls(fn, directory, args.seconds, 2000)
-                results.append({'writers': size, 'files': len(glob.glob(os.path.join(directory, '*.db'))),
-                                'bytes': fixture.get('used_bytes'), 'way': name, 'first_ms': first,
-                                'median_ms': median, 'p90_ms': p90, 'calls': calls,
-                                'identical': first_body == expected})
-                print(f'{size} writers, {name}: first {first:.2f} ms, median {median:.3f} ms, p90 {p90:.3f} ms '
-                      f'({calls} calls), identical: {first_body == expected}', file=sys.stderr)
-    print('| writers | way | first call (ms) | median (ms) | p90 (ms) | vs prometheus_client | same bytes |')
+            expected = ways[0][1](directory)
+            identical = {name: fn(directory) == expected for name, fn in ways}
+            bumper = subprocess.Popen([sys.executable, '-c', BUMPER, directory, args.bump], stdout=subprocess.PIPE, text=True)
+            try:
+                bumped = int(bumper.stdout.readline())
+                times = {name: [] for name, _ in ways}
+                deadline = time.perf_counter() + args.seconds
+                rounds = 0
+                while rounds < args.calls and (rounds < 5 or time.perf_counter() < deadline):
+                    for name, fn in ways:
+                        start = time.perf_counter()
+                        fn(directory)
+                        times[name].append((time.perf_counter() - start) * 1e3)
+                    rounds += 1
+            finally:
+                bumper.kill()
+                bumper.wait()
+            files = len(glob.glob(os.path.join(directory, '*.db')))
+            for name, _ in ways:
+                t = sorted(times[name])
+                results.append({'writers': size, 'files': files, 'bumped_files': bumped,
+                                'bytes': fixture.get('used_bytes'), 'way': name, 'median_ms': statistics.median(t),
+                                'p90_ms': t[int(0.9 * (len(t) - 1))], 'calls': len(t),
+                                'identical': identical[name]})
+                print(f'{size} writers, {name}: median {statistics.median(t):.3f} ms ({len(t)} calls), '
+                      f'identical: {identical[name]}', file=sys.stderr)
+    print('| writers | way | median (ms) | p90 (ms) | vs prometheus_client | vs speedups | same bytes |')
     print('|---:|---|---:|---:|---:|---:|---|')
     for r in results:
-        base = next(x for x in results if x['writers'] == r['writers'] and x['way'].startswith('prometheus_client'))
-        print(f"| {r['writers']} | {r['way']} | {r['first_ms']:.2f} | {r['median_ms']:.3f} | {r['p90_ms']:.3f} | "
-              f"{base['median_ms'] / r['median_ms']:.1f}x | {'yes' if r['identical'] else 'no'} |")
+        row = [x for x in results if x['writers'] == r['writers']]
+        base = row[0]['median_ms']
+        fast = next((x['median_ms'] for x in row if x['way'].startswith('prometheus-client-python-speedups')), None)
+        vs_speedups = f"{fast / r['median_ms']:.1f}x" if fast else 'n/a'
+        print(f"| {r['writers']} | {r['way']} | {r['median_ms']:.3f} | {r['p90_ms']:.3f} | "
+              f"{base / r['median_ms']:.1f}x | {vs_speedups} | {'yes' if r['identical'] else 'no'} |")
     if args.json:
         with open(args.json, 'w') as f:
             json.dump(results, f, indent=1)

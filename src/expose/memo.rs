@@ -606,8 +606,9 @@ fn rewrite_values(out: &mut String, old: &MetricFamily, text: &str, family: &Met
 }
 
 /// Whether `a` encodes to the same bytes as `b`: everything the encoder
-/// reads is equal, values by their bits.
-fn same(a: &MetricFamily, b: &MetricFamily) -> bool {
+/// reads is equal, values by their bits (`-0.0` is not `0.0`). The Python
+/// package tells by it which families' Python objects it may reuse.
+pub fn same(a: &MetricFamily, b: &MetricFamily) -> bool {
     a.name == b.name
         && a.help == b.help
         && a.metric_type == b.metric_type

@@ -69,18 +69,21 @@ pub(super) fn load_pending_values(
 
 /// The thread that helps load the values, started once (a thread started
 /// for each collection costs about as much as a tenth of the loads it
-/// takes over); `None` if it cannot be started.
+/// takes over); `None` if it cannot be started, or in a child process
+/// forked after it started (the Python package: the child does not have the
+/// thread, and waiting for it would never end).
 fn helper_pool() -> Option<&'static rayon::ThreadPool> {
-    static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
-    POOL.get_or_init(|| {
-        rayon::ThreadPoolBuilder::new()
+    static POOL: std::sync::OnceLock<(u32, Option<rayon::ThreadPool>)> = std::sync::OnceLock::new();
+    let (pid, pool) = POOL.get_or_init(|| {
+        let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(1)
             .thread_name(|_| "multiproc-exporter-load".into())
             .build()
             .map_err(|e| tracing::warn!(error = %e, "Cannot start the thread that helps load values; loading on one."))
-            .ok()
-    })
-    .as_ref()
+            .ok();
+        (std::process::id(), pool)
+    });
+    pool.as_ref().filter(|_| *pid == std::process::id())
 }
 
 /// The number of cores this process may run on, read once.

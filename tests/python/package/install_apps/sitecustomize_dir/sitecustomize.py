@@ -1,0 +1,3 @@
+# What an image adds to make prometheus_client's exposition native (docs/python.md).
+import multiproc_exporter
+multiproc_exporter.install()
