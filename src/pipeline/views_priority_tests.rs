@@ -259,7 +259,9 @@ async fn an_evicted_source_is_dropped_outside_the_entries_lock_and_off_the_async
     }
     assert_eq!(views.kept_queries().len(), MAX_KEPT_QUERIES);
     let (thread, locked) = tokio::task::spawn_blocking(move || {
-        dropped.recv_timeout(Duration::from_secs(120)).map(|d| (d, dropped))
+        dropped
+            .recv_timeout(Duration::from_secs(120))
+            .map(|d| (d, dropped))
     })
     .await
     .unwrap()
@@ -273,7 +275,10 @@ async fn an_evicted_source_is_dropped_outside_the_entries_lock_and_off_the_async
         d
     })
     .expect("the evicted source was never dropped");
-    assert!(!locked, "the evicted source was dropped under the entries lock");
+    assert!(
+        !locked,
+        "the evicted source was dropped under the entries lock"
+    );
     assert_ne!(
         thread,
         std::thread::current().id(),

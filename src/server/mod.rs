@@ -426,9 +426,12 @@ async fn metrics(
     // the shared collection where the pipeline gives it none (or, later,
     // no read: `render`); a `?name[]=` set is then restricted from it as
     // `/metrics?name[]=` always was.
-    let entry = view
-        .as_ref()
-        .and_then(|view| state.0.views.entry(view, &config, shared.scraper.collection()));
+    let entry = view.as_ref().and_then(|view| {
+        state
+            .0
+            .views
+            .entry(view, &config, shared.scraper.collection())
+    });
     let shared_view = match view {
         Some(view) if view.matching == crate::transform::views::Matching::Families => Some(view),
         _ => None,
