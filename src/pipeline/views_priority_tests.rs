@@ -52,10 +52,21 @@ struct Blocking {
     gate: Mutex<Option<Receiver<()>>>,
 }
 
+/// What tells a blocked collection started, and what lets it go on.
+type Gate = (Receiver<()>, Sender<()>);
+
+/// A collection held in flight: its observer, what lets it go on, its
+/// thread.
+type InFlight = (
+    Arc<Blocking>,
+    Sender<()>,
+    std::thread::JoinHandle<Arc<super::super::shared::Served>>,
+);
+
 impl Blocking {
     /// An observer and, if `blocks`, the channels that tell its first
     /// collection started and let it go on.
-    fn new(blocks: bool) -> (Arc<Self>, Option<(Receiver<()>, Sender<()>)>) {
+    fn new(blocks: bool) -> (Arc<Self>, Option<Gate>) {
         let (started_tx, started_rx) = channel();
         let (gate_tx, gate_rx) = channel();
         let observer = Arc::new(Self {
@@ -96,14 +107,7 @@ fn until(what: &str, done: impl Fn() -> bool) {
 
 /// `/metrics`'s collection of `shared` on its own thread, held in flight
 /// until the returned sender sends.
-fn in_flight(
-    shared: &Arc<SharedCollection>,
-    config: &Arc<Config>,
-) -> (
-    Arc<Blocking>,
-    Sender<()>,
-    std::thread::JoinHandle<Arc<super::super::shared::Served>>,
-) {
+fn in_flight(shared: &Arc<SharedCollection>, config: &Arc<Config>) -> InFlight {
     let (observer, channels) = Blocking::new(true);
     let (started, gate) = channels.unwrap();
     let collection = {
