@@ -50,8 +50,9 @@
 //!   neither a collection of the view nor another view's read is in flight
 //!   ([`ViewSources::families_now`]). The sources evicted or reconfigured
 //!   away are dropped (their files unmapped, their budget given back) after
-//!   the map is unlocked, and never on an async worker: those evicted there
-//!   are handed to the blocking pool ([`ViewSources::entry`]).
+//!   the map is unlocked, and never on an async worker: a source whose last
+//!   holder lets it go there is handed to the blocking pool
+//!   (`Drop for ViewEntry`).
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -227,8 +228,9 @@ pub struct ViewEntry {
     /// `None`: cut from the shared collection instead
     /// ([`ViewSources::families`]).
     flight: Coalescer<Option<Arc<ViewFamilies>>>,
-    /// Locked only by the poll that runs the collection.
-    state: Mutex<EntryState>,
+    /// Locked only by the poll that runs the collection; `None` only while
+    /// the entry is dropped.
+    state: Mutex<Option<EntryState>>,
     rechecks: Rechecks,
     bodies: Mutex<Bodies>,
     /// How long its last collection took, in nanoseconds (0: none yet).
@@ -238,16 +240,56 @@ pub struct ViewEntry {
     /// What its source charged to the memory budget after its last
     /// collection.
     charged: AtomicUsize,
-    #[cfg(test)]
-    dropped: Option<priority_tests::Hook>,
 }
 
-#[cfg(test)]
 impl Drop for ViewEntry {
+    /// Its source (every file it maps) is dropped off the async workers.
     fn drop(&mut self) {
-        if let Some(hook) = &self.dropped {
-            (hook.0)();
+        let state = self
+            .state
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        off_workers(state);
+    }
+}
+
+thread_local! {
+    /// Whether this thread is known not to be an async worker (a view's
+    /// blocking poll, a reload).
+    static OFF_WORKER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks this thread as no async worker while it lives.
+struct OffWorker(bool);
+
+impl OffWorker {
+    fn enter() -> Self {
+        Self(OFF_WORKER.replace(true))
+    }
+}
+
+impl Drop for OffWorker {
+    fn drop(&mut self) {
+        OFF_WORKER.set(self.0);
+    }
+}
+
+/// Drops `value` here when this thread is no async worker (or no tokio
+/// runtime runs), else on the blocking pool. (Dropping a source unmaps
+/// every file it read: long enough to stall a worker.)
+fn off_workers<T: Send + 'static>(value: T) {
+    if OFF_WORKER.get() {
+        return drop(value);
+    }
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            runtime.spawn_blocking(move || {
+                let _off = OffWorker::enter();
+                drop(value)
+            });
         }
+        Err(_) => drop(value),
     }
 }
 
@@ -255,6 +297,17 @@ impl Drop for ViewEntry {
 struct EntryState {
     source: Source,
     held: Option<Arc<ViewFamilies>>,
+    #[cfg(test)]
+    dropped: Option<priority_tests::Hook>,
+}
+
+#[cfg(test)]
+impl Drop for EntryState {
+    fn drop(&mut self) {
+        if let Some(hook) = &self.dropped {
+            (hook.0)();
+        }
+    }
 }
 
 /// Bodies encoded from the families of [`Bodies::id`], by request.
@@ -304,7 +357,9 @@ impl ViewSources {
     ) -> Option<Arc<ViewEntry>> {
         let mut retired = Retired::new();
         let entry = self.find_or_make(view, config, shared.in_flight(), &mut retired);
-        hand_off(retired);
+        // The map is unlocked; on an async worker, each source goes to the
+        // blocking pool (`Drop for ViewEntry`).
+        drop(retired);
         entry
     }
 
@@ -381,17 +436,17 @@ impl ViewSources {
             view: view.clone(),
             config: config.clone(),
             flight: Coalescer::default(),
-            state: Mutex::new(EntryState {
+            state: Mutex::new(Some(EntryState {
                 source: base.source(view.source_filter(config), view.wants_own()),
                 held: None,
-            }),
+                #[cfg(test)]
+                dropped: self.hooks.dropped(),
+            })),
             rechecks: Rechecks::default(),
             bodies: Mutex::default(),
             last_nanos: AtomicU64::new(0),
             last_used: AtomicU64::new(0),
             charged: AtomicUsize::new(0),
-            #[cfg(test)]
-            dropped: self.hooks.dropped(),
         })
     }
 
@@ -399,6 +454,7 @@ impl ViewSources {
     /// (call it when the configuration is reloaded, off the async workers):
     /// their readers give back their budget as soon as no poll uses them.
     pub fn reconfigured(&self, config: &Arc<Config>) {
+        let _off = OffWorker::enter();
         let retired = self.entries().keep_only(config);
         // The map is unlocked: the sources go here.
         drop(retired);
@@ -445,6 +501,7 @@ impl ViewSources {
         entry: &ViewEntry,
         shared: &SharedCollection,
     ) -> Option<Arc<ViewFamilies>> {
+        let _off = OffWorker::enter();
         let families = entry.flight.run(|| {
             let _turn = self.lane.take();
             if entry.is_cold() && shared.in_flight() {
@@ -465,7 +522,8 @@ impl ViewSources {
         let turn = self.lane.try_take()?;
         let families = entry.flight.try_run(|| Some(self.read(entry))).flatten()?;
         drop(turn);
-        hand_off(self.trim(entry));
+        // To the blocking pool (`Drop for ViewEntry`), the map unlocked.
+        drop(self.trim(entry));
         Some(families)
     }
 
@@ -517,21 +575,6 @@ impl ViewSources {
             retired.push(evicted);
         }
         retired
-    }
-}
-
-/// Drops `retired` off the async workers, the map unlocked: on the blocking
-/// pool when called on a tokio runtime, here otherwise. (Dropping a source
-/// unmaps every file it read: long enough to stall a worker.)
-fn hand_off(retired: Retired) {
-    if retired.is_empty() {
-        return;
-    }
-    match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => {
-            runtime.spawn_blocking(move || drop(retired));
-        }
-        Err(_) => drop(retired),
     }
 }
 
@@ -612,7 +655,9 @@ impl ViewEntry {
     fn collect(&self) -> Arc<ViewFamilies> {
         let start = Instant::now();
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let state = &mut *state;
+        let Some(state) = state.as_mut() else {
+            return Arc::new(ViewFamilies::default());
+        };
         self.rechecks.apply_to(&mut state.source);
         state.source.set_per_writer(self.config.per_writer.as_ref());
         let held = state.held.as_ref().map(|h| h.id);
@@ -760,7 +805,8 @@ mod tests {
         );
         // The view's reader interned only the view's keys.
         let state = entry.state.lock().unwrap();
-        assert_eq!(state.held.as_ref().unwrap().families.len(), 1);
+        let held = &state.as_ref().unwrap().held;
+        assert_eq!(held.as_ref().unwrap().families.len(), 1);
     }
 
     #[test]
