@@ -30,22 +30,19 @@ import http.client
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare import ROOT, free_port, log, stop_process  # noqa: E402  (the benchmark's helpers)
+
 EPP = ["vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc",
        "vllm:lora_requests_info"]
 NAME_SETS = [[EPP[0]], [EPP[1], EPP[2]], [EPP[0], EPP[1], EPP[2]], [EPP[2], EPP[3]]]
 VIEW = "/metrics/endpoint-picker"
-
-
-def log(msg):
-    print(msg, file=sys.stderr, flush=True)
 
 
 def child_writer(argv):
@@ -82,12 +79,6 @@ def write_directory(directory, series, writers):
     return procs
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_exporter(binary, directory):
     port = free_port()
     proc = subprocess.Popen([binary, "serve", "--dir", directory, "--web.listen-address", f"127.0.0.1:{port}",
@@ -106,15 +97,6 @@ def start_exporter(binary, directory):
             proc.kill()
             raise RuntimeError(f"{binary}: nothing listening on {port}")
         time.sleep(0.05)
-
-
-def stop(proc):
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def get(port, path):
@@ -153,7 +135,7 @@ def alone(binary, directory):
         check("/metrics alone", status, body, ["hc_requests_total{", EPP[0]])
         return {"metrics": took}
     finally:
-        stop(proc)
+        stop_process(proc)
 
 
 def crowded(binary, directory):
@@ -213,7 +195,7 @@ def crowded(binary, directory):
         }
     finally:
         done.set()
-        stop(proc)
+        stop_process(proc)
 
 
 def span(values, scale=1000.0, fmt="{:.0f}"):
