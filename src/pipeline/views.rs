@@ -70,9 +70,8 @@ use crate::source::{Input, MemoryBudget};
 use crate::transform::config::Config;
 use crate::transform::views::{Matching, SourceFilter, View};
 
-use super::coalesce::{Coalescer, Rechecks};
+use super::coalesce::{Coalescer, InFlight, Rechecks};
 use super::rendered::{encoded, SharedBody};
-use super::shared::SharedCollection;
 use super::Source;
 
 /// `?name[]=` sets that keep a source of their own.
@@ -353,7 +352,7 @@ impl ViewSources {
         &self,
         view: &View,
         config: &Arc<Config>,
-        shared: &SharedCollection,
+        shared: &dyn InFlight,
     ) -> Option<Arc<ViewEntry>> {
         let mut retired = Retired::new();
         let entry = self.find_or_make(view, config, shared.in_flight(), &mut retired);
@@ -496,11 +495,7 @@ impl ViewSources {
     /// is still to come and the shared collection of `/metrics` (`shared`)
     /// is in flight when the turn comes: cut the view from that one instead
     /// (no second read of every file beside it).
-    pub fn families(
-        &self,
-        entry: &ViewEntry,
-        shared: &SharedCollection,
-    ) -> Option<Arc<ViewFamilies>> {
+    pub fn families(&self, entry: &ViewEntry, shared: &dyn InFlight) -> Option<Arc<ViewFamilies>> {
         let _off = OffWorker::enter();
         let families = entry.flight.run(|| {
             let _turn = self.lane.take();
@@ -730,9 +725,13 @@ mod tests {
         (main, views)
     }
 
-    /// A shared collection of `dir` with none in flight.
-    pub(super) fn idle(dir: &std::path::Path) -> SharedCollection {
-        SharedCollection::new(sources(dir, None).0)
+    /// A shared collection of `/metrics` with none in flight.
+    pub(super) struct Idle;
+
+    impl InFlight for Idle {
+        fn in_flight(&self) -> bool {
+            false
+        }
     }
 
     /// A directory of one writer's 50 counters, `family_<i>_total`.
@@ -773,7 +772,7 @@ mod tests {
         let (mut main, views) = sources(dir.path(), None);
         let config = Arc::new(Config::default());
         let view = config.views[0].clone();
-        let shared = idle(dir.path());
+        let shared = Idle;
         let entry = views.entry(&view, &config, &shared).unwrap();
         let first = views.families(&entry, &shared).unwrap();
         let text = String::from_utf8(encode(&first.families, Format::Text, Escaping::Underscores))
@@ -829,7 +828,7 @@ mod tests {
         main.collect_since(None);
         let before = budget.held();
         assert!(before > 0);
-        let shared = idle(dir.path());
+        let shared = Idle;
         for i in 0..20 {
             let view = View::of_sample_names(&[format!("family_{i}_total")]);
             if let Some(entry) = views.entry(&view, &config, &shared) {
@@ -859,7 +858,7 @@ mod tests {
         let tight = Arc::new(MemoryBudget::new(needed * 100 / 80));
         let (mut main, views) = sources(dir.path(), Some(tight.clone()));
         assert!(main.collect_since(None).collection.problems.is_empty());
-        let shared = idle(dir.path());
+        let shared = Idle;
         assert!(views.entry(&query, &config, &shared).is_none());
         // With room, the set gets its own.
         let (mut main, views) = sources(dir.path(), Some(roomy));

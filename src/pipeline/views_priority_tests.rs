@@ -9,9 +9,9 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::thread::ThreadId;
 
-use super::tests::{fifty_counters, idle, sources};
+use super::tests::{fifty_counters, sources, Idle};
 use super::*;
-use crate::pipeline::shared::{Collected, Observer};
+use crate::pipeline::shared::{Collected, Observer, SharedCollection};
 
 /// A hook run by the views' sources in tests.
 #[derive(Clone)]
@@ -137,32 +137,32 @@ fn a_name_set_or_view_arriving_during_the_metrics_collection_reads_no_file_again
     // A set whose poll came just before Prometheus's scrape: made, its turn
     // to read comes while the scrape is in flight.
     let early = View::of_sample_names(&["family_4_total".to_owned()]);
-    let early = views.entry(&early, &config, &idle(dir.path())).unwrap();
+    let early = views.entry(&early, &config, &Idle).unwrap();
     let (observer, gate, collection) = in_flight(&shared, &config);
     // Four new sets and a view: none is made (each is cut from the
     // collection in flight), and the early one does not read either.
     for i in 0..4 {
         let set = View::of_sample_names(&[format!("family_{i}_total")]);
-        assert!(views.entry(&set, &config, &shared).is_none(), "set {i}");
+        assert!(views.entry(&set, &config, &*shared).is_none(), "set {i}");
     }
-    assert!(views.entry(&picker, &config, &shared).is_none());
-    assert!(views.families(&early, &shared).is_none());
+    assert!(views.entry(&picker, &config, &*shared).is_none());
+    assert!(views.families(&early, &*shared).is_none());
     assert_eq!(views.sources_made(), 1, "only the early set's");
     assert_eq!(reads.load(Ordering::SeqCst), 0, "no view's source read");
     gate.send(()).unwrap();
     collection.join().unwrap();
     assert_eq!(observer.collections.load(Ordering::SeqCst), 1);
     // Once the scrape is done, the sets get their own sources again.
-    let own = views.entry(&query, &config, &shared).unwrap();
-    let families = views.families(&own, &shared).unwrap();
+    let own = views.entry(&query, &config, &*shared).unwrap();
+    let families = views.families(&own, &*shared).unwrap();
     assert_eq!(families.families.len(), 1);
     assert_eq!(reads.load(Ordering::SeqCst), 1);
     // A source read once is read beside the scrape (it reads its families
     // only): the poll is not made to wait for it.
     let (observer, gate, collection) = in_flight(&shared, &config);
-    let again = views.entry(&query, &config, &shared).unwrap();
+    let again = views.entry(&query, &config, &*shared).unwrap();
     assert!(Arc::ptr_eq(&again, &own));
-    assert!(views.families(&again, &shared).is_some());
+    assert!(views.families(&again, &*shared).is_some());
     gate.send(()).unwrap();
     collection.join().unwrap();
     assert_eq!(observer.collections.load(Ordering::SeqCst), 1);
@@ -194,12 +194,12 @@ fn the_views_reads_run_one_at_a_time_and_metrics_never_waits_for_one() {
     let entries: Vec<_> = (0..2)
         .map(|i| {
             let set = View::of_sample_names(&[format!("family_{i}_total")]);
-            views.entry(&set, &config, &shared).unwrap()
+            views.entry(&set, &config, &*shared).unwrap()
         })
         .collect();
     let poll = |at: usize| {
         let (views, shared, entry) = (views.clone(), shared.clone(), entries[at].clone());
-        std::thread::spawn(move || views.families(&entry, &shared))
+        std::thread::spawn(move || views.families(&entry, &*shared))
     };
     let blocked = poll(0);
     started.recv().unwrap();

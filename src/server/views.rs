@@ -16,8 +16,8 @@
 use std::sync::Arc;
 
 use crate::expose::memo::Gzipper;
+use crate::pipeline::coalesce::InFlight;
 use crate::pipeline::rendered::{encoded, SharedBody};
-use crate::pipeline::shared::SharedCollection;
 use crate::pipeline::views::{view_families, ViewEntry, ViewFamilies, ViewSources};
 use crate::server::scrape::{Request, Scraper};
 use crate::server::telemetry::self_metrics::{self, SelfMetrics};
@@ -30,7 +30,7 @@ use crate::transform::views::{view_path, View};
 pub(crate) fn render(
     views: &ViewSources,
     entry: &ViewEntry,
-    shared: &SharedCollection,
+    shared: &dyn InFlight,
     request: &Request,
     self_metrics: Option<&SelfMetrics>,
 ) -> Option<SharedBody> {
