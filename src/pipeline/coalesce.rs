@@ -1,7 +1,8 @@
 //! What the shared collection of `/metrics` ([`super::shared`]) and each
 //! view's source ([`super::views`]) both need around a collection: the
-//! coalescing of concurrent calls into one run ([`Coalescer`]) and the files
-//! the watcher saw modified since the last run ([`Rechecks`]).
+//! coalescing of concurrent calls into one run ([`Coalescer`]), the files
+//! the watcher saw modified since the last run ([`Rechecks`]), and whether
+//! `/metrics`'s collection is in flight, which the views ask ([`InFlight`]).
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -60,6 +61,13 @@ impl Rechecks {
             }
         }
     }
+}
+
+/// Whether a collection is in flight now: what a view's poll asks of the
+/// shared collection of `/metrics` ([`super::views::ViewSources::entry`]).
+pub trait InFlight {
+    /// Whether a collection is in flight now.
+    fn in_flight(&self) -> bool;
 }
 
 /// Coalesces concurrent calls: a call that arrives while another runs

@@ -39,7 +39,7 @@ use crate::source::Input;
 use crate::transform::config::Config;
 use crate::transform::Collision;
 
-use super::coalesce::{Coalescer, Rechecks};
+use super::coalesce::{Coalescer, InFlight, Rechecks};
 use super::views::ViewBase;
 use super::{Gathered, Source};
 
@@ -369,5 +369,11 @@ impl SharedCollection {
             own,
             all: OnceLock::new(),
         })
+    }
+}
+
+impl InFlight for SharedCollection {
+    fn in_flight(&self) -> bool {
+        SharedCollection::in_flight(self)
     }
 }

@@ -33,17 +33,32 @@
 //! * **The budget given back.** A source's reader gives back what it
 //!   charged to the memory budget when it is dropped (`Drop` for
 //!   [`crate::source::Reader`]): evicted, reloaded, rebuilt after a panic.
+//! * **Prometheus's scrape first.** A view's or a set's source whose first
+//!   collection is still to come (a read of every file of the directory) is
+//!   not read while the shared collection of `/metrics` is in flight: the
+//!   poll is cut from that collection instead ([`ViewSources::entry`] and
+//!   [`ViewSources::families`] answer `None`), so a burst of polls beside
+//!   Prometheus's first scrape costs one read of the directory. The reads
+//!   of the views' own sources run one at a time (one lane for all of them,
+//!   [`ViewSources::families`]); `/metrics` never waits for that lane nor
+//!   for any view's read, so beside its collection runs at most one
+//!   restricted read.
 //! * **Never blocking an async worker.** The map of entries is locked only
 //!   to find, add or drop an entry, never during a collection; whether a
 //!   poll is quick enough to run on the async worker
 //!   ([`ViewEntry::is_quick`]) reads atomics, and such a poll runs only if
-//!   no collection of the view is in flight ([`ViewSources::families_now`]).
+//!   neither a collection of the view nor another view's read is in flight
+//!   ([`ViewSources::families_now`]). The sources evicted or reconfigured
+//!   away are dropped (their files unmapped, their budget given back) after
+//!   the map is unlocked, and never on an async worker: a source whose last
+//!   holder lets it go there is handed to the blocking pool
+//!   (`Drop for ViewEntry`).
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
 use crate::expose::encode::{Escaping, Format};
@@ -55,7 +70,7 @@ use crate::source::{Input, MemoryBudget};
 use crate::transform::config::Config;
 use crate::transform::views::{Matching, SourceFilter, View};
 
-use super::coalesce::{Coalescer, Rechecks};
+use super::coalesce::{Coalescer, InFlight, Rechecks};
 use super::rendered::{encoded, SharedBody};
 use super::Source;
 
@@ -153,7 +168,46 @@ pub struct ViewSources {
     /// Sources made so far (each one's first collection reads every file).
     made: AtomicU64,
     epoch: Instant,
+    /// How long a kept `?name[]=` source stays unpolled before a new set
+    /// may take its place ([`QUERY_IDLE`]).
+    query_idle: Duration,
+    /// The views' reads run one at a time, in this lane.
+    lane: Lane,
+    #[cfg(test)]
+    hooks: priority_tests::Hooks,
 }
+
+/// One read of a view's source at a time (`/metrics`'s collection never
+/// enters it).
+#[derive(Debug, Default)]
+struct Lane {
+    turn: Mutex<()>,
+    /// Polls waiting for their turn.
+    waiting: AtomicUsize,
+}
+
+impl Lane {
+    /// Waits for the turn (blocking).
+    fn take(&self) -> MutexGuard<'_, ()> {
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let turn = self.turn.lock().unwrap_or_else(|e| e.into_inner());
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        turn
+    }
+
+    /// The turn, if no read has it (never waits).
+    fn try_take(&self) -> Option<MutexGuard<'_, ()>> {
+        match self.turn.try_lock() {
+            Ok(turn) => Some(turn),
+            Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+}
+
+/// Entries taken out of the map (evicted, reconfigured away), to be dropped
+/// once it is unlocked: dropping one may unmap every file its source read.
+type Retired = Vec<Arc<ViewEntry>>;
 
 #[derive(Debug, Default)]
 struct Entries {
@@ -170,9 +224,12 @@ pub struct ViewEntry {
     key: ViewKey,
     view: View,
     config: Arc<Config>,
-    flight: Coalescer<Arc<ViewFamilies>>,
-    /// Locked only by the poll that runs the collection.
-    state: Mutex<EntryState>,
+    /// `None`: cut from the shared collection instead
+    /// ([`ViewSources::families`]).
+    flight: Coalescer<Option<Arc<ViewFamilies>>>,
+    /// Locked only by the poll that runs the collection; `None` only while
+    /// the entry is dropped.
+    state: Mutex<Option<EntryState>>,
     rechecks: Rechecks,
     bodies: Mutex<Bodies>,
     /// How long its last collection took, in nanoseconds (0: none yet).
@@ -184,10 +241,72 @@ pub struct ViewEntry {
     charged: AtomicUsize,
 }
 
+impl Drop for ViewEntry {
+    /// Its source (every file it maps) is dropped off the async workers.
+    fn drop(&mut self) {
+        let state = self
+            .state
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        off_workers(state);
+    }
+}
+
+thread_local! {
+    /// Whether this thread is known not to be an async worker (a view's
+    /// blocking poll, a reload).
+    static OFF_WORKER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks this thread as no async worker while it lives.
+struct OffWorker(bool);
+
+impl OffWorker {
+    fn enter() -> Self {
+        Self(OFF_WORKER.replace(true))
+    }
+}
+
+impl Drop for OffWorker {
+    fn drop(&mut self) {
+        OFF_WORKER.set(self.0);
+    }
+}
+
+/// Drops `value` here when this thread is no async worker (or no tokio
+/// runtime runs), else on the blocking pool. (Dropping a source unmaps
+/// every file it read: long enough to stall a worker.)
+fn off_workers<T: Send + 'static>(value: T) {
+    if OFF_WORKER.get() {
+        return drop(value);
+    }
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            runtime.spawn_blocking(move || {
+                let _off = OffWorker::enter();
+                drop(value)
+            });
+        }
+        Err(_) => drop(value),
+    }
+}
+
 #[derive(Debug)]
 struct EntryState {
     source: Source,
     held: Option<Arc<ViewFamilies>>,
+    #[cfg(test)]
+    dropped: Option<priority_tests::Hook>,
+}
+
+#[cfg(test)]
+impl Drop for EntryState {
+    fn drop(&mut self) {
+        if let Some(hook) = &self.dropped {
+            (hook.0)();
+        }
+    }
 }
 
 /// Bodies encoded from the families of [`Bodies::id`], by request.
@@ -207,6 +326,10 @@ impl ViewSources {
             entries: Mutex::default(),
             made: AtomicU64::new(0),
             epoch: Instant::now(),
+            query_idle: QUERY_IDLE,
+            lane: Lane::default(),
+            #[cfg(test)]
+            hooks: priority_tests::Hooks::default(),
         }
     }
 
@@ -219,10 +342,35 @@ impl ViewSources {
     }
 
     /// The entry that serves `view` under `config`, made if needed; `None`
-    /// when the view is to be cut from the shared collection (no source of
-    /// its own here, upstreams configured, or a `?name[]=` set that finds
-    /// no room). Never waits for a collection.
-    pub fn entry(&self, view: &View, config: &Arc<Config>) -> Option<Arc<ViewEntry>> {
+    /// when the view is to be cut from the shared collection of `/metrics`
+    /// (`shared`): no source of its own here, upstreams configured, a
+    /// `?name[]=` set that finds no room, or a source whose first collection
+    /// (a read of every file) is still to come while `shared`'s is in
+    /// flight. Never waits for a collection. Called on an async worker: the
+    /// sources it evicts are dropped on the blocking pool.
+    pub fn entry(
+        &self,
+        view: &View,
+        config: &Arc<Config>,
+        shared: &dyn InFlight,
+    ) -> Option<Arc<ViewEntry>> {
+        let mut retired = Retired::new();
+        let entry = self.find_or_make(view, config, shared.in_flight(), &mut retired);
+        // The map is unlocked; on an async worker, each source goes to the
+        // blocking pool (`Drop for ViewEntry`).
+        drop(retired);
+        entry
+    }
+
+    /// [`Self::entry`], the map locked; the entries it takes out go to
+    /// `retired`. `shared_in_flight`: whether `/metrics`'s collection is.
+    fn find_or_make(
+        &self,
+        view: &View,
+        config: &Arc<Config>,
+        shared_in_flight: bool,
+        retired: &mut Retired,
+    ) -> Option<Arc<ViewEntry>> {
         let base = self.base.as_ref()?;
         if !config.upstreams.is_empty() {
             return None;
@@ -230,41 +378,45 @@ impl ViewSources {
         let key = ViewKey::of(view);
         let now = self.now_millis();
         let mut entries = self.entries();
-        entries.keep_only(config);
-        let entry = match &key {
-            ViewKey::Configured(name) => match entries.configured.get(name) {
-                Some(entry) => entry.clone(),
-                None => {
-                    let entry = self.make(base, key.clone(), view, config);
-                    entries.configured.insert(name.clone(), entry.clone());
-                    entry
+        retired.extend(entries.keep_only(config));
+        let found = match &key {
+            ViewKey::Configured(name) => entries.configured.get(name).cloned(),
+            ViewKey::Names(_) => entries.queries.iter().find(|e| e.key == key).cloned(),
+        };
+        // Prometheus's scrape first: no read of every file beside it (the
+        // poll joins it), and no set made to be read later.
+        if shared_in_flight && found.as_ref().is_none_or(|e| e.needs_first_read()) {
+            return None;
+        }
+        let entry = match (&key, found) {
+            (ViewKey::Names(_), Some(entry)) => {
+                entries.queries.retain(|e| !Arc::ptr_eq(e, &entry));
+                entries.queries.push(entry.clone());
+                entry
+            }
+            (_, Some(entry)) => entry,
+            (ViewKey::Configured(name), None) => {
+                let entry = self.make(base, key.clone(), view, config);
+                entries.configured.insert(name.clone(), entry.clone());
+                entry
+            }
+            (ViewKey::Names(_), None) => {
+                let budget = base.memory_budget.as_deref();
+                if budget.is_some_and(|b| b.held() > b.limit() / 100 * QUERY_ADMISSION_PERCENT) {
+                    return None;
                 }
-            },
-            ViewKey::Names(_) => match entries.queries.iter().position(|e| e.key == key) {
-                Some(at) => {
-                    let entry = entries.queries.remove(at);
-                    entries.queries.push(entry.clone());
-                    entry
-                }
-                None => {
-                    let budget = base.memory_budget.as_deref();
-                    if budget.is_some_and(|b| b.held() > b.limit() / 100 * QUERY_ADMISSION_PERCENT)
-                    {
+                if entries.queries.len() >= MAX_KEPT_QUERIES {
+                    let idle = u64::try_from(self.query_idle.as_millis()).unwrap_or(u64::MAX);
+                    let oldest = entries.queries[0].last_used.load(Ordering::Relaxed);
+                    if now.saturating_sub(oldest) < idle {
                         return None;
                     }
-                    if entries.queries.len() >= MAX_KEPT_QUERIES {
-                        let idle = QUERY_IDLE.as_millis() as u64;
-                        let oldest = entries.queries[0].last_used.load(Ordering::Relaxed);
-                        if now.saturating_sub(oldest) < idle {
-                            return None;
-                        }
-                        entries.queries.remove(0);
-                    }
-                    let entry = self.make(base, key.clone(), view, config);
-                    entries.queries.push(entry.clone());
-                    entry
+                    retired.push(entries.queries.remove(0));
                 }
-            },
+                let entry = self.make(base, key.clone(), view, config);
+                entries.queries.push(entry.clone());
+                entry
+            }
         };
         entry.last_used.store(now, Ordering::Relaxed);
         Some(entry)
@@ -283,10 +435,12 @@ impl ViewSources {
             view: view.clone(),
             config: config.clone(),
             flight: Coalescer::default(),
-            state: Mutex::new(EntryState {
+            state: Mutex::new(Some(EntryState {
                 source: base.source(view.source_filter(config), view.wants_own()),
                 held: None,
-            }),
+                #[cfg(test)]
+                dropped: self.hooks.dropped(),
+            })),
             rechecks: Rechecks::default(),
             bodies: Mutex::default(),
             last_nanos: AtomicU64::new(0),
@@ -296,10 +450,13 @@ impl ViewSources {
     }
 
     /// Drops every source made for another configuration than `config`
-    /// (call it when the configuration is reloaded): their readers give
-    /// back their budget as soon as no poll uses them.
+    /// (call it when the configuration is reloaded, off the async workers):
+    /// their readers give back their budget as soon as no poll uses them.
     pub fn reconfigured(&self, config: &Arc<Config>) {
-        self.entries().keep_only(config);
+        let _off = OffWorker::enter();
+        let retired = self.entries().keep_only(config);
+        // The map is unlocked: the sources go here.
+        drop(retired);
     }
 
     /// Has every source check these files with `stat` before trusting its
@@ -333,30 +490,61 @@ impl ViewSources {
     }
 
     /// The view's families now, coalesced with the polls of `entry` in
-    /// flight (blocking: run it off the async workers).
-    pub fn families(&self, entry: &ViewEntry) -> Arc<ViewFamilies> {
-        let families = entry.flight.run(|| entry.collect());
-        self.trim(entry);
+    /// flight and read in the views' lane, one read at a time (blocking: run
+    /// it off the async workers). `None` when the source's first collection
+    /// is still to come and the shared collection of `/metrics` (`shared`)
+    /// is in flight when the turn comes: cut the view from that one instead
+    /// (no second read of every file beside it).
+    pub fn families(&self, entry: &ViewEntry, shared: &dyn InFlight) -> Option<Arc<ViewFamilies>> {
+        let _off = OffWorker::enter();
+        let families = entry.flight.run(|| {
+            let _turn = self.lane.take();
+            if entry.is_cold() && shared.in_flight() {
+                return None;
+            }
+            Some(self.read(entry))
+        });
+        // The map is unlocked, and this is no async worker: evicted sources
+        // go here.
+        drop(self.trim(entry));
         families
     }
 
-    /// [`Self::families`], unless a collection of `entry` is in flight:
-    /// then `None` (a poll on an async worker never waits for one).
+    /// [`Self::families`], unless a collection of `entry` or another view's
+    /// read is in flight: then `None` (a poll on an async worker never waits
+    /// for one). For a source already read once ([`ViewEntry::is_quick`]).
     pub fn families_now(&self, entry: &ViewEntry) -> Option<Arc<ViewFamilies>> {
-        let families = entry.flight.try_run(|| entry.collect())?;
-        self.trim(entry);
+        let turn = self.lane.try_take()?;
+        let families = entry.flight.try_run(|| Some(self.read(entry))).flatten()?;
+        drop(turn);
+        // To the blocking pool (`Drop for ViewEntry`), the map unlocked.
+        drop(self.trim(entry));
         Some(families)
+    }
+
+    /// One read of `entry`'s source, in the lane.
+    fn read(&self, entry: &ViewEntry) -> Arc<ViewFamilies> {
+        #[cfg(test)]
+        self.hooks.reading();
+        entry.collect()
+    }
+
+    /// Polls waiting for their turn to read a view's source.
+    pub fn reads_waiting(&self) -> usize {
+        self.lane.waiting.load(Ordering::SeqCst)
     }
 
     /// Evicts the least recently used `?name[]=` sources while the kept ones
     /// charge more than their share of the memory budget (the last one
-    /// kept stays), or the budget as a whole is nearly full.
-    fn trim(&self, entry: &ViewEntry) {
+    /// kept stays), or the budget as a whole is nearly full; returns them,
+    /// to be dropped once the map is unlocked.
+    fn trim(&self, entry: &ViewEntry) -> Retired {
+        let mut retired = Retired::new();
         let Some(budget) = self.base.as_ref().and_then(|b| b.memory_budget.as_ref()) else {
-            return;
+            return retired;
         };
         if matches!(entry.key, ViewKey::Configured(_)) {
-            return;
+            return retired;
         }
         let cap = budget.limit() / 100 * KEPT_QUERIES_BUDGET_SHARE;
         let mut entries = self.entries();
@@ -369,6 +557,7 @@ impl ViewSources {
             let evicted = entries.queries.remove(0);
             charged -= evicted.charged.load(Ordering::Relaxed);
             tracing::debug!(view = %evicted.view.name, "Evicted a ?name[]= view's source over its share of the memory budget.");
+            retired.push(evicted);
         }
         // The whole budget nearly full: `/metrics` comes first. (An evicted
         // source gives its budget back when its last poll is done with it.)
@@ -378,19 +567,23 @@ impl ViewSources {
             let evicted = entries.queries.remove(0);
             held = held.saturating_sub(evicted.charged.load(Ordering::Relaxed));
             tracing::debug!(view = %evicted.view.name, "Evicted a ?name[]= view's source: the memory budget is nearly full.");
+            retired.push(evicted);
         }
+        retired
     }
 }
 
 impl Entries {
-    /// Drops the entries of another configuration than `config`.
-    fn keep_only(&mut self, config: &Arc<Config>) {
+    /// Takes out the entries of another configuration than `config` (to be
+    /// dropped once the map is unlocked).
+    fn keep_only(&mut self, config: &Arc<Config>) -> Retired {
         if self.config.as_ref().is_some_and(|c| Arc::ptr_eq(c, config)) {
-            return;
+            return Retired::new();
         }
-        self.configured.clear();
-        self.queries.clear();
         self.config = Some(config.clone());
+        let mut retired: Retired = self.configured.drain().map(|(_, e)| e).collect();
+        retired.append(&mut self.queries);
+        retired
     }
 
     fn all(&self) -> impl Iterator<Item = &Arc<ViewEntry>> {
@@ -409,6 +602,18 @@ impl ViewEntry {
     pub fn is_quick(&self) -> bool {
         let nanos = self.last_nanos.load(Ordering::Relaxed);
         nanos > 0 && nanos < QUICK_POLL.as_nanos() as u64 && !self.flight.running()
+    }
+
+    /// Whether no collection of its source has ended yet (its first reads
+    /// every file of the directory).
+    fn is_cold(&self) -> bool {
+        self.last_nanos.load(Ordering::Relaxed) == 0
+    }
+
+    /// Whether a poll would start the source's first collection: none has
+    /// ended and none is in flight to join.
+    fn needs_first_read(&self) -> bool {
+        self.is_cold() && !self.flight.running()
     }
 
     /// `families` encoded for a request, shared with the other requests for
@@ -445,7 +650,9 @@ impl ViewEntry {
     fn collect(&self) -> Arc<ViewFamilies> {
         let start = Instant::now();
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let state = &mut *state;
+        let Some(state) = state.as_mut() else {
+            return Arc::new(ViewFamilies::default());
+        };
         self.rechecks.apply_to(&mut state.source);
         state.source.set_per_writer(self.config.per_writer.as_ref());
         let held = state.held.as_ref().map(|h| h.id);
@@ -492,6 +699,10 @@ impl ViewEntry {
 }
 
 #[cfg(test)]
+#[path = "views_priority_tests.rs"]
+mod priority_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::expose::encode::encode;
@@ -499,7 +710,10 @@ mod tests {
     use crate::format::writer::ProcessWriter;
     use crate::source::writers::WriterPolicy;
 
-    fn sources(dir: &std::path::Path, budget: Option<Arc<MemoryBudget>>) -> (Source, ViewSources) {
+    pub(super) fn sources(
+        dir: &std::path::Path,
+        budget: Option<Arc<MemoryBudget>>,
+    ) -> (Source, ViewSources) {
         let main = Source::new(
             vec![Input::Directory(dir.to_path_buf())],
             None,
@@ -511,8 +725,17 @@ mod tests {
         (main, views)
     }
 
+    /// A shared collection of `/metrics` with none in flight.
+    pub(super) struct Idle;
+
+    impl InFlight for Idle {
+        fn in_flight(&self) -> bool {
+            false
+        }
+    }
+
     /// A directory of one writer's 50 counters, `family_<i>_total`.
-    fn fifty_counters() -> tempfile::TempDir {
+    pub(super) fn fifty_counters() -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
         let mut writer = ProcessWriter::new(dir.path(), 1);
         for i in 0..50 {
@@ -549,8 +772,9 @@ mod tests {
         let (mut main, views) = sources(dir.path(), None);
         let config = Arc::new(Config::default());
         let view = config.views[0].clone();
-        let entry = views.entry(&view, &config).unwrap();
-        let first = views.families(&entry);
+        let shared = Idle;
+        let entry = views.entry(&view, &config, &shared).unwrap();
+        let first = views.families(&entry, &shared).unwrap();
         let text = String::from_utf8(encode(&first.families, Format::Text, Escaping::Underscores))
             .unwrap();
         assert!(
@@ -563,7 +787,7 @@ mod tests {
             view_families(&view, &whole(&mut main, &config))
         );
         // Unchanged: the same families, and the same body, shared.
-        let again = views.families(&entry);
+        let again = views.families(&entry, &shared).unwrap();
         assert!(Arc::ptr_eq(&first, &again));
         let body = entry.body(&again, Format::Text, Escaping::Underscores, true);
         assert!(!body.gzipped(), "a small answer is sent as it is");
@@ -573,14 +797,15 @@ mod tests {
             body_again.as_ref().as_ptr()
         ));
         waiting.set(&mut writer, 4.0).unwrap();
-        let changed = views.families(&entry);
+        let changed = views.families(&entry, &shared).unwrap();
         assert_eq!(
             *changed.families,
             view_families(&view, &whole(&mut main, &config))
         );
         // The view's reader interned only the view's keys.
         let state = entry.state.lock().unwrap();
-        assert_eq!(state.held.as_ref().unwrap().families.len(), 1);
+        let held = &state.as_ref().unwrap().held;
+        assert_eq!(held.as_ref().unwrap().families.len(), 1);
     }
 
     #[test]
@@ -603,10 +828,11 @@ mod tests {
         main.collect_since(None);
         let before = budget.held();
         assert!(before > 0);
+        let shared = Idle;
         for i in 0..20 {
             let view = View::of_sample_names(&[format!("family_{i}_total")]);
-            if let Some(entry) = views.entry(&view, &config) {
-                let families = views.families(&entry);
+            if let Some(entry) = views.entry(&view, &config, &shared) {
+                let families = views.families(&entry, &shared).unwrap();
                 assert_eq!(families.families.len(), 1);
             }
         }
@@ -632,10 +858,11 @@ mod tests {
         let tight = Arc::new(MemoryBudget::new(needed * 100 / 80));
         let (mut main, views) = sources(dir.path(), Some(tight.clone()));
         assert!(main.collect_since(None).collection.problems.is_empty());
-        assert!(views.entry(&query, &config).is_none());
+        let shared = Idle;
+        assert!(views.entry(&query, &config, &shared).is_none());
         // With room, the set gets its own.
         let (mut main, views) = sources(dir.path(), Some(roomy));
         main.collect_since(None);
-        assert!(views.entry(&query, &config).is_some());
+        assert!(views.entry(&query, &config, &shared).is_some());
     }
 }

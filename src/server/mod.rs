@@ -423,15 +423,17 @@ async fn metrics(
         (view, _) => view,
     };
     // A view is served by its entry among the views' sources, or cut from
-    // the shared collection where it has none; a `?name[]=` set without
-    // one is restricted from it as `/metrics?name[]=` always was.
-    let entry = view
-        .as_ref()
-        .and_then(|view| state.0.views.entry(view, &config));
-    let shared_view = match (&entry, view) {
-        (None, Some(view)) if view.matching == crate::transform::views::Matching::Families => {
-            Some(view)
-        }
+    // the shared collection where the pipeline gives it none (or, later,
+    // no read: `render`); a `?name[]=` set is then restricted from it as
+    // `/metrics?name[]=` always was.
+    let entry = view.as_ref().and_then(|view| {
+        state
+            .0
+            .views
+            .entry(view, &config, shared.scraper.collection())
+    });
+    let shared_view = match view {
+        Some(view) if view.matching == crate::transform::views::Matching::Families => Some(view),
         _ => None,
     };
     // A quick poll runs on the worker, unless a collection is in flight
@@ -467,8 +469,12 @@ async fn metrics(
         None => {
             let scrape = move || {
                 let own = shared.own_metrics();
-                match (&entry, &shared_view) {
-                    (Some(entry), _) => views::render(&shared.views, entry, &request, own),
+                let collection = shared.scraper.collection();
+                let body = entry.as_ref().and_then(|entry| {
+                    views::render(&shared.views, entry, collection, &request, own)
+                });
+                match (body, &shared_view) {
+                    (Some(body), _) => body,
                     (None, Some(view)) => {
                         views::render_from_shared(&shared.scraper, view, &request, &config, own)
                     }

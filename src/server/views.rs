@@ -5,9 +5,10 @@
 //! The views' sources, their collections and their kept answers belong to
 //! the pipeline ([`crate::pipeline::views::ViewSources`]); here a view's
 //! request is routed to its entry there, or, where it has none (no source
-//! of its own: subdirectories, discovered directories, upstreams; or a
-//! `?name[]=` set that finds no room), cut from the shared collection of
-//! `/metrics` ([`crate::pipeline::views::view_families`]). The exporter's
+//! of its own: subdirectories, discovered directories, upstreams; a
+//! `?name[]=` set that finds no room; or a source whose first read would run
+//! beside the collection of `/metrics` in flight), cut from the shared
+//! collection of `/metrics` ([`crate::pipeline::views::view_families`]). The exporter's
 //! own families are added only when the view lists them
 //! ([`View::wants_own`]); a view's poll reports no problem of its own (the
 //! collections of `/metrics` log and count them).
@@ -15,6 +16,7 @@
 use std::sync::Arc;
 
 use crate::expose::memo::Gzipper;
+use crate::pipeline::coalesce::InFlight;
 use crate::pipeline::rendered::{encoded, SharedBody};
 use crate::pipeline::views::{view_families, ViewEntry, ViewFamilies, ViewSources};
 use crate::server::scrape::{Request, Scraper};
@@ -22,19 +24,23 @@ use crate::server::telemetry::self_metrics::{self, SelfMetrics};
 use crate::transform::config::{Config, ConfigError};
 use crate::transform::views::{view_path, View};
 
-/// Serves `entry`'s view for `request` (blocking: off the async workers).
+/// Serves `entry`'s view for `request` (blocking: off the async workers);
+/// `None` when the pipeline has it cut from the shared collection of
+/// `/metrics` instead (its source's first read would run beside it).
 pub(crate) fn render(
     views: &ViewSources,
     entry: &ViewEntry,
+    shared: &dyn InFlight,
     request: &Request,
     self_metrics: Option<&SelfMetrics>,
-) -> SharedBody {
-    let families = views.families(entry);
-    answer(entry, &families, request, self_metrics)
+) -> Option<SharedBody> {
+    let families = views.families(entry, shared)?;
+    Some(answer(entry, &families, request, self_metrics))
 }
 
-/// [`render`] on an async worker: `None` when a collection of the view is
-/// in flight (the poll is then handed to the blocking pool).
+/// [`render`] on an async worker: `None` when a collection of the view, or
+/// another view's read, is in flight (the poll is then handed to the
+/// blocking pool).
 pub(crate) fn render_now(
     views: &ViewSources,
     entry: &ViewEntry,
