@@ -12,14 +12,13 @@ Run as gunicorn's app (``collector_writes:app``), this module is the app.
 
 import os
 import re
-import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+
+from _servers import free_port, stop
 
 WORKERS = 2
 
@@ -46,12 +45,6 @@ if 'PROMETHEUS_MULTIPROC_DIR' in os.environ and __name__ != '__main__':
         body = generate_latest(registry)
         start_response('200 OK', [('Content-Type', 'text/plain'), ('X-Worker-Pid', str(os.getpid()))])
         return [body]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
 
 
 def scrape(url):
@@ -102,12 +95,7 @@ def main():
                 raise SystemExit(f'collector_writes: worker {pid} serving /metrics: ' + '; '.join(problems))
         print(f'collector_writes: {WORKERS} gunicorn workers each serve their own live gauges and process_* series')
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        shutil.rmtree(metrics_dir, ignore_errors=True)
+        stop(server, metrics_dir)
 
 
 if __name__ == '__main__':

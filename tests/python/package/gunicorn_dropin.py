@@ -8,25 +8,18 @@ same directory.
 
 import os
 import re
-import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 
+from _servers import free_port, stop
+
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
 REQUESTS = 200
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
 
 
 def get(url):
@@ -71,12 +64,7 @@ def main():
                     raise SystemExit(f'gunicorn drop-in: {route} differs from prometheus_client')
         print(f'gunicorn drop-in: {REQUESTS} requests over {len(writers)} writer files, 20 scrapes identical')
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        shutil.rmtree(metrics_dir, ignore_errors=True)
+        stop(server, metrics_dir)
 
 
 if __name__ == '__main__':

@@ -18,13 +18,14 @@ from urllib.parse import parse_qs, urlsplit
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import textwrap
 import time
 import urllib.request
+
+from _servers import free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 APPS = os.path.join(HERE, 'install_apps')
@@ -48,12 +49,6 @@ REQUESTS = [(path + query, accept, encoding)
             for query, accept, encoding in [('', '', ''), ('', 'application/openmetrics-text', ''),
                                             ('', '', 'gzip'), ('', 'application/openmetrics-text', 'gzip'),
                                             ('?name[]=g_all', '', '')]]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
 
 
 def get(url, accept='', encoding=''):
