@@ -11,9 +11,14 @@
 //! * **The bytes change under us.** Writer processes update values through
 //!   their own maps at any time. The map is therefore never turned into a Rust
 //!   reference (memmap2's [`MmapRaw`] hands out a raw pointer only), and every
-//!   access is a volatile, aligned load of one 4- or 8-byte word: the same
-//!   word-sized reads the old `pread` path saw, with no assumption that two
-//!   loads agree.
+//!   access is one relaxed atomic load of an aligned 4- or 8-byte word: a
+//!   single load instruction (`mov` on x86-64, `ldr` on aarch64, which never
+//!   write, so a read-only map is fine), single-copy atomic on both, so our
+//!   side never splits a word the writer stored whole; no assumption is made
+//!   that two loads agree, nor that they are ordered with each other (nothing
+//!   on the writer's side releases, so `Acquire` here would order nothing).
+//!   Why that is enough on a weakly ordered CPU (aarch64) as on x86-64 is
+//!   argued in the reader's `reader/ordering.rs`.
 //! * **The file may shrink under us.** prometheus_client only ever grows its
 //!   files, but anything else (a stray `truncate`, a test, a wiped volume) may
 //!   shrink one, and a load from a mapped page past the end of a file raises
@@ -34,7 +39,7 @@
 
 use std::cell::Cell;
 use std::fs::File;
-use std::sync::atomic::{compiler_fence, AtomicUsize, Ordering};
+use std::sync::atomic::{compiler_fence, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Once, OnceLock};
 
 use memmap2::{MmapOptions, MmapRaw};
@@ -121,10 +126,17 @@ impl MappedFile {
             // SAFETY: `offset + 4 <= len`, so the word lies inside the map,
             // which stays mapped while `self` lives; the map's base is page
             // aligned and `offset` a multiple of 4, so the pointer is aligned
-            // for `u32`. The load is volatile because other processes write
-            // this memory; a fault on a page past the end of a shrunk file is
-            // absorbed by the SIGBUS guard that `guarded` sets up.
-            let word = unsafe { std::ptr::read_volatile(base.add(offset).cast::<u32>()) };
+            // for `AtomicU32` (whose alignment is 4 on every target with
+            // 32-bit atomics). Only atomic loads are made through it in this
+            // process (a load never writes, so the read-only map is fine);
+            // other processes store to this memory, which is why the load is
+            // atomic: one single-copy atomic load, never a torn one. A fault
+            // on a page past the end of a shrunk file is absorbed by the
+            // SIGBUS guard that `guarded` sets up.
+            let word = unsafe {
+                AtomicU32::from_ptr(base.add(offset).cast::<u32>().cast_mut())
+                    .load(Ordering::Relaxed)
+            };
             // Native byte order, as prometheus_client writes and `layout` reads.
             word as i32
         }))
@@ -161,14 +173,17 @@ impl MappedFile {
                 // SAFETY: every offset was checked above: `offset + 16 <= len`
                 // (both words inside the map, which stays mapped while `self`
                 // lives) and `offset % 8 == 0` with a page-aligned base, so
-                // both pointers are aligned for `u64`. Volatile because other
-                // processes write these words; faults are absorbed by the
-                // SIGBUS guard that `guarded` sets up.
+                // both pointers are aligned for `AtomicU64` (alignment 8 on
+                // the 64-bit targets this crate builds for; `from_ptr`'s
+                // alignment requirement). Only atomic loads are made through
+                // them in this process; other processes store to these words,
+                // hence one single-copy atomic load each (never torn by us).
+                // Faults are absorbed by the SIGBUS guard that `guarded` sets up.
                 let (value, timestamp) = unsafe {
-                    let word = base.add(offset as usize).cast::<u64>();
+                    let word = base.add(offset as usize).cast::<u64>().cast_mut();
                     (
-                        std::ptr::read_volatile(word),
-                        std::ptr::read_volatile(word.add(1)),
+                        AtomicU64::from_ptr(word).load(Ordering::Relaxed),
+                        AtomicU64::from_ptr(word.add(1)).load(Ordering::Relaxed),
                     )
                 };
                 if (slot.0.to_bits(), slot.1.to_bits()) != (value, timestamp) {

@@ -2,6 +2,10 @@
 //! the first time and whenever it grew, then stays mapped read-only so that
 //! an unchanged file costs no system call; only records appended since the
 //! last read are decoded.
+//!
+//! What it reads while a writer writes, with which memory ordering, and why
+//! a torn or reordered read is impossible or detected and retried (on
+//! aarch64 as on x86-64): the docs of `reader/ordering.rs`.
 
 use std::ffi::{OsStr, OsString};
 use std::fs::{File, OpenOptions};
@@ -347,7 +351,7 @@ impl Reader {
             outcomes.push(if self.check_mapped(listed, index) {
                 None
             } else {
-                Some(self.refresh(&listed.path, index, store, &mut stats))
+                Some(self.refresh_settled(&listed.path, index, store, &mut stats))
             });
         }
         if load::load_pending_values(&mut self.files, &mut stats) {
@@ -360,7 +364,7 @@ impl Reader {
                         .get(listed.path.as_os_str())
                         .is_none_or(|c| c.map.is_none());
                 if unloaded {
-                    *outcome = Some(self.refresh(&listed.path, index, store, &mut stats));
+                    *outcome = Some(self.refresh_settled(&listed.path, index, store, &mut stats));
                 }
             }
         }
@@ -748,9 +752,10 @@ impl Reader {
             }
         }
         stats.bytes_read += read_bytes as u64;
-        // Not remembered: the same bytes are checked again next time, so
-        // a file repaired in place (or whose record bytes became visible
-        // after its `used`, on a weakly ordered CPU) is read again.
+        // Not remembered: the same bytes are checked again (at once by
+        // `refresh_settled`, for record bytes that became visible after
+        // their `used` on a weakly ordered CPU; next time, for a file
+        // repaired in place).
         match failure {
             Some(SkipReason::OverMemoryBudget { .. }) => {
                 return Err(self.skip_over_budget(path, identity))
@@ -973,6 +978,7 @@ fn read_fully_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> 
 }
 
 mod load;
+mod ordering;
 mod skipped;
 
 use skipped::read_files;

@@ -857,7 +857,8 @@ def check_dockerfile(hadolint, help_text, cargo_check):
             name, value = rest.split("=", 1)
             defaults[name] = re.sub(r"\$\{(\w+)\}", lambda m: defaults.get(m.group(1), m.group(0)), value)
     raw_froms = [rest for kw, rest in instructions if kw == "FROM"]
-    ensure(raw_froms[0].startswith("${BUILD_IMAGE} ") and raw_froms[-1] == "${RUNTIME_IMAGE}", f"base images are the build arguments BUILD_IMAGE and RUNTIME_IMAGE: {raw_froms}")
+    # The build stage runs on the build machine's platform and cross-compiles (multi-arch, docs/platforms.md).
+    ensure(raw_froms[0].startswith("--platform=$BUILDPLATFORM ${BUILD_IMAGE} ") and raw_froms[-1] == "${RUNTIME_IMAGE}", f"base images are the build arguments BUILD_IMAGE (on $BUILDPLATFORM) and RUNTIME_IMAGE: {raw_froms}")
     froms = [re.sub(r"\$\{(\w+)\}", lambda m: defaults.get(m.group(1), m.group(0)), rest) for rest in raw_froms]
     ensure(len(froms) >= 2, "a multi-stage build")
     ensure(froms[-1].startswith("gcr.io/distroless/") and froms[-1].endswith(":nonroot"), "the final stage is distroless :nonroot")
@@ -867,11 +868,13 @@ def check_dockerfile(hadolint, help_text, cargo_check):
     have = tuple(int(x) for x in args["RUST_VERSION"].split("."))
     ensure(have >= want[: len(have)], f"RUST_VERSION {args['RUST_VERSION']} below rust-version {cargo['package']['rust-version']}")
     runs = " ".join(rest for kw, rest in instructions if kw == "RUN")
-    ensure(f"--bin {binary}" in runs and "--locked" in runs and f"target/release/{binary}" in runs, "builds the binary named in Cargo.toml")
+    ensure(f"--bin {binary}" in runs and "--locked" in runs and '--target "$triple"' in runs and f'target/$triple/release/{binary}' in runs, "builds the binary named in Cargo.toml, for the target platform")
     final = instructions[max(i for i, (kw, _) in enumerate(instructions) if kw == "FROM") :]
     entry = [rest for kw, rest in final if kw == "ENTRYPOINT"]
     ensure(entry == [f'["/{binary}"]'], f"ENTRYPOINT is the binary: {entry}")
-    ensure(any(kw == "COPY" and rest.startswith("--from=build ") and rest.endswith(f" /{binary}") for kw, rest in final), "copies the binary from the build stage")
+    # The binary comes from the build stage, or from an image of a binary built already (BINARY_FROM, default `build`).
+    ensure(defaults.get("BINARY_FROM") == "build" and ("FROM", "${BINARY_FROM} AS binary") in instructions, "the binary stage is the build stage by default")
+    ensure(any(kw == "COPY" and rest.startswith("--from=binary ") and rest.endswith(f" /{binary}") for kw, rest in final), "copies the binary from the build stage")
     ensure([rest for kw, rest in final if kw == "USER"] == [f"{EXPORTER_UID}:{EXPORTER_UID}"], "runs as uid/gid 65532")
     expose = [rest for kw, rest in final if kw == "EXPOSE"]
     default = re.search(r"--web.listen-address <ADDRESS>.*?Default: `:(\d+)` for `serve`", re.sub(r"\s+", " ", help_text), re.S)
