@@ -2,8 +2,6 @@
 //! writes to exactly the exporter's output, and `multiproc-exporter demo`
 //! serves them over HTTP.
 
-use std::process::Command;
-
 use crate::support::{dump, get, python, run_python, start_demo, start_demo_serving, wait_for};
 use multiproc_exporter::demo::{Demo, DemoConfig};
 
@@ -45,8 +43,8 @@ fn python_reads_the_demo_files_to_the_exporters_bytes() {
 
 #[test]
 fn demo_command_serves_a_live_directory() {
-    let (mut child, port, first) = start_demo(&[]);
-    let url = format!("http://127.0.0.1:{port}/metrics");
+    let (mut demo, first) = start_demo(&[]);
+    let url = format!("{}/metrics", demo.base);
     let counter = |text: &str| -> f64 {
         text.lines()
             .filter(|l| l.starts_with("vllm:generation_tokens_total"))
@@ -91,8 +89,8 @@ fn demo_command_serves_a_live_directory() {
                 .then_some(())
         },
     );
-    let _ = Command::new("kill").arg(child.id().to_string()).status();
-    let status = child.wait().expect("wait");
+    demo.signal("TERM");
+    let status = demo.wait_exit();
     assert!(status.success(), "demo exits cleanly on SIGTERM: {status}");
 }
 
@@ -294,13 +292,13 @@ fn the_sglang_demo_writes_sglang_0_5_23s_own_definitions_as_prometheus_client_re
 
 #[test]
 fn demo_command_serves_sglang_with_its_endpoint_picker_families() {
-    let (mut child, port, metrics) =
+    let (demo, metrics) =
         start_demo_serving(&["--demo.engine", "sglang"], "sglang:prompt_tokens_total");
     assert!(!metrics.contains("vllm:"), "{metrics}");
     // The view's gauges are written by the scheduler processes, which may
     // start after the first counter is served: wait for what is asserted
     // (each family typed and with a sample), not for a fixed time.
-    let url = format!("http://127.0.0.1:{port}/metrics/endpoint-picker");
+    let url = format!("{}/metrics/endpoint-picker", demo.base);
     let families = [
         "sglang:num_queue_reqs",
         "sglang:num_running_reqs",
@@ -316,8 +314,6 @@ fn demo_command_serves_sglang_with_its_endpoint_picker_families() {
             })
             .then_some(())
     });
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 /// Whether `line` is a sample of `family` (its name, then labels or a space).

@@ -548,14 +548,14 @@ fn the_demo_delivers_its_families_over_otlp() {
     let work = tempfile::tempdir().expect("tempdir");
     let receiver = Receiver::start(&python, &work.path().join("otlp.jsonl"), 0, 200);
     let url = receiver.url();
-    let (mut demo, _, served) = start_demo(&["--push.otlp-url", &url, "--push.interval", "500ms"]);
+    let (mut demo, served) = start_demo(&["--push.otlp-url", &url, "--push.interval", "500ms"]);
     let served = Exposition::parse(merged_part(&served));
     let seen = receiver.requests().len();
     wait_for("three collections pushed after the scrape", || {
         (receiver.requests().len() >= seen + 3).then_some(())
     });
-    let _ = Command::new("kill").arg(demo.id().to_string()).status();
-    assert!(demo.wait().expect("wait").success());
+    demo.signal("TERM");
+    assert!(demo.wait_exit().success());
 
     let requests = receiver.requests();
     let want = as_the_receiver_maps(&served);

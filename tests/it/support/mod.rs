@@ -128,6 +128,8 @@ pub(crate) struct Launch {
     /// (`unshare --fork`, [`shapes::Shape::OwnPidNamespace`]): signals go to
     /// that child.
     pub(crate) forks: bool,
+    /// The subcommand: `serve`, or `demo` ([`start_demo`]).
+    pub(crate) subcommand: &'static str,
 }
 
 impl Default for Launch {
@@ -139,6 +141,7 @@ impl Default for Launch {
             log_level: "debug",
             exact_negotiation: true,
             forks: false,
+            subcommand: "serve",
         }
     }
 }
@@ -212,7 +215,7 @@ impl Exporter {
             }
             None => Command::new(&launch.binary),
         };
-        command.arg("serve").args(args);
+        command.arg(launch.subcommand).args(args);
         if launch.exact_negotiation && !args.iter().any(|a| a.starts_with("--web.negotiation")) {
             command.args(["--web.negotiation", "prometheus-client"]);
         }
@@ -779,38 +782,32 @@ pub(crate) fn run_vllm_load(python: &Path, dir: &Path) {
     );
 }
 
-/// Starts `multiproc-exporter demo --demo.tick-ms 100` listening on
-/// `127.0.0.1:PORT` with `extra` arguments, and waits until it serves vLLM's
-/// families; the process and its first `/metrics` body.
-pub(crate) fn start_demo(extra: &[&str]) -> (Child, u16, String) {
+/// Starts `multiproc-exporter demo --demo.tick-ms 100` with `extra`
+/// arguments, listening on a port the kernel chose (read from its
+/// `Listening.` log line, so no other test can take it first), and waits
+/// until it serves vLLM's families; the demo and its first `/metrics` body.
+pub(crate) fn start_demo(extra: &[&str]) -> (Exporter, String) {
     start_demo_serving(extra, "vllm:generation_tokens_total")
 }
 
 /// [`start_demo`], waiting until `/metrics` holds `family` instead.
-pub(crate) fn start_demo_serving(extra: &[&str], family: &str) -> (Child, u16, String) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("port")
-        .port();
-    let child = Command::new(exporter_bin())
-        .args([
-            "demo",
-            "--demo.tick-ms",
-            "100",
-            "--web.listen-address",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .args(extra)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start demo");
-    let url = format!("http://127.0.0.1:{port}/metrics");
+pub(crate) fn start_demo_serving(extra: &[&str], family: &str) -> (Exporter, String) {
+    let args: Vec<&str> = ["--demo.tick-ms", "100"]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
+    let mut demo = Exporter::launch(
+        &args,
+        &Launch {
+            subcommand: "demo",
+            exact_negotiation: false,
+            log_level: "info",
+            ..Launch::default()
+        },
+    );
     let first = wait_for(&format!("the demo to serve {family}"), || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-        let text = String::from_utf8(get(&url, &[]).body).ok()?;
+        let text = demo.get_or_explain("/metrics", &[]).text();
         text.contains(family).then_some(text)
     });
-    (child, port, first)
+    (demo, first)
 }
