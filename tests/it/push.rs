@@ -145,16 +145,23 @@ fn prometheus_receives_the_pushed_series_and_the_queue_outlives_an_outage() {
     }
     let restarted = now_ms();
     let prometheus = start_prometheus(&prometheus_bin, &prometheus_work, port);
-    eventually("the queue to empty", Duration::from_secs(30), || {
-        let queued = self_metric(
-            &roomy,
-            "multiproc_exporter_push_queue_length{protocol=\"remote_write\"}",
-        );
-        let newest = prometheus.raw_samples(&format!("{changing},exporter=\"a\"}}[1m]"));
-        match newest.last() {
-            Some(&(t, 4.0)) if queued == 0.0 && t > restarted => Ok(()),
-            last => Err(format!("queue {queued}, newest {last:?}")),
+    // Both exporters' queues empty and their newest samples, made after the
+    // restart, arrived: what follows compares the two up to the older newest
+    // sample (b's sender may still be in its backoff when a's queue is
+    // empty; CI failed when it was).
+    eventually("the queues to empty", Duration::from_secs(30), || {
+        for (exporter, name) in [(&roomy, "a"), (&small, "b")] {
+            let queued = self_metric(
+                exporter,
+                "multiproc_exporter_push_queue_length{protocol=\"remote_write\"}",
+            );
+            let newest = prometheus.raw_samples(&format!("{changing},exporter=\"{name}\"}}[1m]"));
+            match newest.last() {
+                Some(&(t, 4.0)) if queued == 0.0 && t > restarted => {}
+                last => return Err(format!("{name}: queue {queued}, newest {last:?}")),
+            }
         }
+        Ok(())
     });
     assert_eq!(
         self_metric(
