@@ -7,6 +7,7 @@ use super::per_writer::PerWriter;
 use crate::merge::{KeyStore, MergeInput, Merged, PlanCache};
 use crate::model::MetricFamily;
 use crate::source::link_policy::LinkPolicy;
+use crate::source::writers::evidence::Evidence;
 use crate::source::writers::{Visibility, WriterPolicy, Writers};
 use crate::source::{
     release_free_heap, Input, MemoryBudget, Problem, ReadFile, Reader, SkipReason, SkipToken,
@@ -176,10 +177,18 @@ impl Collector {
         }
     }
 
+    /// Decides the writers' liveness from `evidence` from the next
+    /// collection on (see [`crate::source::writers::evidence`]).
+    pub fn set_evidence(&mut self, evidence: std::sync::Arc<dyn Evidence>) {
+        let policy = self.writers.policy();
+        self.writers = Writers::with_evidence(policy, evidence);
+        self.rebuild = true;
+    }
+
     /// Applies `policy` to the writers from the next collection on.
     pub fn set_writer_policy(&mut self, policy: WriterPolicy) {
         if self.writers.policy() != policy {
-            self.writers = Writers::new(policy);
+            self.writers = Writers::with_evidence(policy, self.writers.evidence().clone());
             // Files frozen under the old policy: read everything again.
             self.rebuild = true;
         }

@@ -237,6 +237,9 @@ pub struct RefreshReport {
     pub descriptors: usize,
     /// Pids whose descriptors could not be read (no `CAP_SYS_PTRACE`).
     pub unreadable: Vec<u32>,
+    /// Processes outside the exporter's own process tree: 0 in a pid
+    /// namespace of its own.
+    pub outside_own_tree: usize,
     /// How long the scan and its processing took.
     pub duration: Duration,
     /// Targets found by this scan.
@@ -259,9 +262,11 @@ pub struct DiscoveryReport {
     /// The last scan's count of processes whose descriptors could not be
     /// read.
     pub processes_unreadable: usize,
-    /// The processes other than the exporter's own that the last scan saw
-    /// (read or not): 0 when it runs in a pid namespace of its own (a pod
-    /// without `hostPID: true`), where it can find no pod.
+    /// The processes outside the exporter's own process tree (its ancestors
+    /// and descendants) that the last scan saw (read or not): 0 when it runs
+    /// in a pid namespace of its own (a pod without `hostPID: true`), where
+    /// it can find no pod, whether started directly or under `sh -c`, tini
+    /// or dumb-init.
     pub processes_visible: usize,
     /// The parts that went past a cap or their share of the scrape, or have
     /// directories not kept open (only those).
@@ -586,12 +591,13 @@ impl DiscoveredReader {
         let problems: Vec<ProblemReport> = refresh.problems.iter().map(problem_report).collect();
         self.problems = problems.clone();
         self.processes_unreadable = refresh.unreadable.len();
-        self.processes_visible = refresh.processes + refresh.unreadable.len();
+        self.processes_visible = refresh.outside_own_tree;
         self.pending.push(RefreshReport {
             cause,
             processes: refresh.processes,
             descriptors: refresh.descriptors,
             unreadable: refresh.unreadable,
+            outside_own_tree: refresh.outside_own_tree,
             duration: now.elapsed(),
             added,
             dropped,

@@ -35,7 +35,8 @@ pub use collector::{CollectStats, Collection, Collector};
 use crate::expose::encode::{encode, Escaping, Format};
 use crate::model::MetricFamily;
 use crate::source::link_policy::LinkPolicy;
-use crate::source::temporary::{Runs, StaleRun};
+use crate::source::temporary::{Runs, SharedRuns, StaleRun};
+use crate::source::writers::evidence::{self, ContentLimits, Evidence};
 use crate::source::writers::WriterPolicy;
 use crate::source::{Input, MemoryBudget};
 use crate::transform::combine::Conflict;
@@ -55,6 +56,9 @@ pub struct Source {
     /// The temporary subdirectories' runs of the inputs (plain inputs with
     /// `temporary_runs` only; see [`crate::source::temporary`]).
     runs: Option<Box<TemporaryRuns>>,
+    /// Where liveness evidence comes from (see
+    /// [`crate::source::writers::evidence`]).
+    evidence: Arc<dyn Evidence>,
     kind: Kind,
 }
 
@@ -64,7 +68,8 @@ pub struct Source {
 struct TemporaryRuns {
     /// The policy `runs` was made with.
     policy: WriterPolicy,
-    runs: Runs,
+    /// Shared with the views cut from this source (see [`SharedRuns`]).
+    runs: SharedRuns,
     reported: std::collections::BTreeSet<PathBuf>,
     /// Whether [`Event::StaleRunsUnremovable`] was sent (once per process).
     unremovable_reported: bool,
@@ -181,6 +186,7 @@ impl Source {
             memory_budget: None,
             writer_policy: WriterPolicy::exact(),
             runs: None,
+            evidence: evidence::system(),
             kind,
         }
     }
@@ -194,8 +200,22 @@ impl Source {
             memory_budget: None,
             writer_policy: WriterPolicy::exact(),
             runs: None,
+            evidence: evidence::system(),
             kind: Kind::Discovered(Box::new(DiscoveredReader::new(options))),
         }
+    }
+
+    /// Decides the writers' and runs' liveness from `evidence` (the running
+    /// system's until then; a test drives it with its own). Plain inputs
+    /// only.
+    pub fn with_evidence(mut self, evidence: Arc<dyn Evidence>) -> Self {
+        self.evidence = evidence.clone();
+        self.runs = None;
+        if let Kind::Inputs(collector) = &mut self.kind {
+            collector.set_evidence(evidence);
+        }
+        self.apply_budget();
+        self
     }
 
     /// Applies `policy` to the writers (see [`crate::source::writers`]);
@@ -228,10 +248,19 @@ impl Source {
         {
             self.runs = Some(Box::new(TemporaryRuns {
                 policy: self.writer_policy,
-                runs: Runs::new(self.writer_policy),
+                runs: Arc::new(std::sync::Mutex::new(Runs::with_evidence(
+                    self.writer_policy,
+                    self.evidence.clone(),
+                ))),
                 reported: std::collections::BTreeSet::new(),
                 unremovable_reported: false,
             }));
+        }
+        if let (Some(runs), Some(budget)) = (&self.runs, &budget) {
+            // A run's content is read no further than a collection reads.
+            lock(&runs.runs).set_content_limits(ContentLimits {
+                max_file_bytes: budget.limit() as u64,
+            });
         }
         match &mut self.kind {
             Kind::Inputs(collector) => {
@@ -280,6 +309,8 @@ impl Source {
             link_policy: self.link_policy,
             memory_budget: self.memory_budget.clone(),
             writer_policy: self.writer_policy,
+            runs: self.runs.as_ref().map(|r| r.runs.clone()),
+            evidence: self.evidence.clone(),
         })
     }
 
@@ -299,11 +330,18 @@ impl Source {
             memory_budget: None,
             writer_policy: WriterPolicy::exact(),
             runs: None,
+            evidence: evidence::system(),
             kind: Kind::Inputs(Box::new(collector)),
         };
-        source
+        let mut source = source
+            .with_evidence(base.evidence.clone())
             .with_memory_budget(base.memory_budget.clone())
-            .with_writer_policy(writer_policy)
+            .with_writer_policy(writer_policy);
+        // The runs' evidence is the main source's: kept once (issue 53).
+        if let (Some(runs), Some(shared)) = (&mut source.runs, &base.runs) {
+            runs.runs = shared.clone();
+        }
+        source
     }
 
     /// Bytes this source's readers charge to the memory budget now (0
@@ -503,7 +541,7 @@ impl TemporaryRuns {
                 }
                 continue;
             };
-            let survey = self.runs.survey(dir);
+            let survey = lock(&self.runs).survey(dir);
             if !survey.current.is_empty() {
                 let expanded = expanded.get_or_insert_with(|| inputs[..i].to_vec());
                 expanded.push(input.clone());
@@ -552,6 +590,12 @@ impl TemporaryRuns {
         };
         (inputs, report)
     }
+}
+
+/// The runs, even if a collection panicked while holding them.
+fn lock(runs: &SharedRuns) -> std::sync::MutexGuard<'_, Runs> {
+    runs.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The [`Event::RayLogsUnreadable`] of a collection, if any.

@@ -106,6 +106,11 @@ pub struct ViewBase {
     pub(super) link_policy: LinkPolicy,
     pub(super) memory_budget: Option<Arc<MemoryBudget>>,
     pub(super) writer_policy: WriterPolicy,
+    /// The main source's temporary runs, whose evidence every view shares
+    /// (issue 53: each source started blind).
+    pub(super) runs: Option<crate::source::temporary::SharedRuns>,
+    /// Where liveness evidence comes from.
+    pub(super) evidence: Arc<dyn crate::source::writers::evidence::Evidence>,
 }
 
 impl ViewBase {

@@ -70,6 +70,9 @@ pub(crate) struct StaleJson {
     pub(crate) files: usize,
     /// Whether its writers are known to have exited.
     pub(crate) writers_dead: bool,
+    /// Whether a newer run superseded it: it is not served again when that
+    /// one goes away (with no run current, none is served).
+    pub(crate) superseded: bool,
     /// When anything in it last changed, seconds since the Unix epoch.
     pub(crate) last_change: f64,
 }
@@ -123,9 +126,10 @@ impl LastCollection {
                     path: run.path.display().to_string(),
                     reason: STALE_SUBDIRECTORY,
                     message: format!(
-                        "A temporary subdirectory left by an earlier run of the server ({} metric files, {}): not summed with the current run.",
+                        "A temporary subdirectory left by an earlier run of the server ({} metric files, {}{}): not summed with the current run.",
                         run.files,
-                        if run.writers_dead { "its writers exited" } else { "its writers cannot be seen" }
+                        if run.writers_dead { "its writers exited" } else { "its writers cannot be seen" },
+                        if run.superseded { ", superseded by a newer run" } else { "" }
                     ),
                 }))
                 .collect(),
@@ -143,6 +147,7 @@ impl LastCollection {
                     path: run.path.display().to_string(),
                     files: run.files,
                     writers_dead: run.writers_dead,
+                    superseded: run.superseded,
                     last_change: run
                         .last_change
                         .duration_since(UNIX_EPOCH)

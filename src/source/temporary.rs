@@ -27,9 +27,21 @@
 //!   run created last (its birth time; its modification time where the file
 //!   system keeps none; then its name) is current, so the values of a
 //!   stopped server stay served until its next run writes its first file;
+//! * a run once left out while a newer run stood beside it is *superseded*:
+//!   it never becomes current again because the newer one went away (a clean
+//!   exit removes its `TemporaryDirectory`), only by being seen live or
+//!   changing again. With no run current, none is served (issue 53: a crash
+//!   from long ago came back);
 //! * **stale** are the others: left by an earlier run (or idle and unseen).
 //!   They are not read, and are reported ([`StaleRun`]). Only those whose
 //!   writers are all seen to have exited ([`RunState::Dead`]) may be removed.
+//!
+//! The evidence of each run (its content's hash, whether it was superseded)
+//! is kept once, in one [`Runs`] shared by every directory and every source
+//! ([`SharedRuns`]: `/metrics`, views, `?name[]=` sets). A run first seen
+//! where pids cannot be seen, that would be left out, is looked at a second
+//! time after [`SECOND_LOOK`], so a source with no history (`dump`, the
+//! first scrape after a start) does not leave out a run being written.
 //!
 //! Every current run is read with its directory, as prometheus_client's
 //! collector would read their files together.
@@ -37,12 +49,14 @@
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::discover::scan::is_multiprocess_file_name;
 use super::writers::activity::{layout_of, Layout};
+use super::writers::evidence::{ContentLimits, Evidence};
 use super::writers::{RunState, WriterPolicy, Writers, WrittenFile};
 use crate::format::file_name::{is_archive_name, is_listed_name, writer_pid};
 
@@ -70,6 +84,9 @@ pub struct StaleRun {
     /// processes can be seen); `false` where they cannot be. Only such a run
     /// may be removed.
     pub writers_dead: bool,
+    /// Left out once while a newer run stood beside it, and neither live nor
+    /// changing since: never current again because the newer one went away.
+    pub superseded: bool,
     /// When anything in it last changed (the newest modification time of the
     /// subdirectory and its files).
     pub last_change: SystemTime,
@@ -108,7 +125,18 @@ pub struct Runs {
     /// Each surveyed directory's identity and times, with its
     /// temporary-named subdirectories, while it is unchanged.
     parents: FxHashMap<PathBuf, (Identity, Vec<PathBuf>)>,
+    /// The runs superseded by a newer one (see the module's documentation).
+    superseded: FxHashSet<PathBuf>,
 }
+
+/// The one [`Runs`] of a server, shared by every source that reads its
+/// directories (`/metrics`, views, `?name[]=` sets): the evidence of each
+/// run is kept once.
+pub type SharedRuns = Arc<Mutex<Runs>>;
+
+/// How long after the first look at a run, where pids cannot be seen, a
+/// second look tells whether it is being written.
+pub const SECOND_LOOK: Duration = Duration::from_secs(1);
 
 /// A directory's device, inode, and modification and change times.
 type Identity = (u64, u64, [i64; 4]);
@@ -120,7 +148,8 @@ const SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
 /// A run found by [`Runs::survey`] before the decision.
 struct Found {
     path: PathBuf,
-    created: SystemTime,
+    /// When it was created, in wall-clock seconds.
+    created: f64,
     paths: Vec<PathBuf>,
     files: Vec<WrittenFile>,
     last_change: SystemTime,
@@ -130,16 +159,32 @@ impl Runs {
     /// Runs whose writers' liveness is decided as `policy` says (its
     /// `liveness` only).
     pub fn new(policy: WriterPolicy) -> Self {
+        Self::with_evidence(policy, super::writers::evidence::system())
+    }
+
+    /// [`Self::new`], deciding from `evidence`.
+    pub fn with_evidence(policy: WriterPolicy, evidence: Arc<dyn Evidence>) -> Self {
         let policy = WriterPolicy {
             process_metrics: false,
             compact_dead: false,
             ..policy
         };
         Self {
-            writers: Writers::new(policy),
+            writers: Writers::with_evidence(policy, evidence),
             listed: FxHashMap::default(),
             parents: FxHashMap::default(),
+            superseded: FxHashSet::default(),
         }
+    }
+
+    /// The liveness policy its writers are decided by.
+    pub fn policy(&self) -> WriterPolicy {
+        self.writers.policy()
+    }
+
+    /// Reads at most `limits` of a run's files to tell their content moved.
+    pub fn set_content_limits(&mut self, limits: ContentLimits) {
+        self.writers.set_content_limits(limits);
     }
 
     /// Lists the runs in `dir` and tells the current ones from the stale.
@@ -195,15 +240,22 @@ impl Runs {
                 .iter()
                 .filter_map(|(file, _, _)| std::fs::metadata(file).ok()?.modified().ok())
                 .fold(modified, SystemTime::max);
+            let created = meta.created().unwrap_or(modified);
+            let created = self.writers.evidence().birth(
+                (meta.dev(), meta.ino()),
+                created
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map_or(0.0, |d| d.as_secs_f64()),
+            );
             found.push(Found {
-                created: meta.created().unwrap_or(modified),
+                created,
                 paths: files.iter().map(|(p, _, _)| p.clone()).collect(),
                 files: files.iter().map(|(_, w, _)| *w).collect(),
                 last_change,
                 path,
             });
         }
-        self.decide(found)
+        self.decide(dir, found)
     }
 
     /// The temporary-named subdirectories of `dir`, in name order: read
@@ -239,7 +291,7 @@ impl Runs {
         Some(names)
     }
 
-    fn decide(&mut self, found: Vec<Found>) -> Survey {
+    fn decide(&mut self, dir: &Path, found: Vec<Found>) -> Survey {
         let seen = self.writers.pids_visible();
         let mut states: Vec<_> = found
             .iter()
@@ -253,43 +305,107 @@ impl Runs {
                 .map(|run| self.writers.census(&run.files).states)
                 .collect();
         }
-        let runs: Vec<RunState> = found
+        // Forget this directory's runs that are gone (not another
+        // directory's: issue 53, each directory wiped the other's).
+        let gone = |run: &Path| run.parent() == Some(dir) && !found.iter().any(|f| f.path == run);
+        self.writers.retain_runs(|run| !gone(run));
+        self.superseded.retain(|run| !gone(run));
+        let first_looks: Vec<bool> = found
             .iter()
-            .zip(&states)
-            .map(|(run, states)| {
-                let paths: Vec<&Path> = run.paths.iter().map(PathBuf::as_path).collect();
-                self.writers.run_state(&run.path, &paths, states)
-            })
+            .map(|run| !self.writers.looked_at(&run.path))
             .collect();
-        self.writers
-            .retain_runs(|run| found.iter().any(|f| f.path == run));
-        let any_live = runs.contains(&RunState::Live);
-        let newest = found
-            .iter()
-            .enumerate()
-            .max_by(|(_, a), (_, b)| (a.created, &a.path).cmp(&(b.created, &b.path)))
-            .map(|(i, _)| i);
+        let mut runs = self.run_states(&found, &states);
+        let newest = |runs: &[RunState], superseded: &FxHashSet<PathBuf>| {
+            let any_live = runs.contains(&RunState::Live);
+            let newest = found
+                .iter()
+                .enumerate()
+                .filter(|(i, run)| {
+                    matches!(runs[*i], RunState::Live | RunState::Changing)
+                        || !superseded.contains(&run.path)
+                })
+                .max_by(|(_, a), (_, b)| {
+                    a.created
+                        .total_cmp(&b.created)
+                        .then_with(|| a.path.cmp(&b.path))
+                })
+                .map(|(i, _)| i);
+            (any_live, newest)
+        };
+        let (any_live, newest_run) = newest(&runs, &self.superseded);
+        let second_look = !self.writers.pids_visible()
+            && (0..found.len()).any(|i| {
+                first_looks[i]
+                    && runs[i] == RunState::Unknown
+                    && (any_live || Some(i) != newest_run)
+            });
+        if second_look {
+            // Nothing known of a run that would be left out: look again
+            // shortly (a source with no history, `dump`, a first scrape).
+            self.writers.evidence().pause(SECOND_LOOK);
+            for (run, first) in found.iter().zip(&first_looks) {
+                if *first {
+                    let paths: Vec<&Path> = run.paths.iter().map(PathBuf::as_path).collect();
+                    self.writers.look_again(&run.path, &paths);
+                }
+            }
+            runs = self.run_states(&found, &states);
+        }
+        let (any_live, newest) = newest(&runs, &self.superseded);
+        let newest_key = newest.map(|i| (found[i].created, found[i].path.clone()));
+        let newer = |run: &Found| {
+            newest_key.as_ref().is_some_and(|(created, path)| {
+                created
+                    .total_cmp(&run.created)
+                    .then_with(|| path.cmp(&run.path))
+                    .is_gt()
+            })
+        };
         let mut survey = Survey {
             pids_visible: self.writers.pids_visible(),
             ..Survey::default()
         };
         for (i, (run, state)) in found.into_iter().zip(runs).enumerate() {
             let current = match state {
-                RunState::Live | RunState::Changing => true,
+                RunState::Live | RunState::Changing => {
+                    self.superseded.remove(&run.path);
+                    true
+                }
                 RunState::Dead | RunState::Unknown => !any_live && Some(i) == newest,
             };
+            if !current && matches!(state, RunState::Dead | RunState::Unknown) && newer(&run) {
+                // Left out beside a newer run.
+                self.superseded.insert(run.path.clone());
+            }
             if current {
                 survey.current.push(run.path);
             } else {
                 survey.stale.push(StaleRun {
                     files: run.files.len(),
                     writers_dead: state == RunState::Dead,
+                    superseded: self.superseded.contains(&run.path),
                     last_change: run.last_change,
                     path: run.path,
                 });
             }
         }
         survey
+    }
+
+    /// Each run's [`RunState`] from its files' writer `states`.
+    fn run_states(
+        &mut self,
+        found: &[Found],
+        states: &[Vec<super::writers::WriterState>],
+    ) -> Vec<RunState> {
+        found
+            .iter()
+            .zip(states)
+            .map(|(run, states)| {
+                let paths: Vec<&Path> = run.paths.iter().map(PathBuf::as_path).collect();
+                self.writers.run_state(&run.path, &paths, states)
+            })
+            .collect()
     }
 }
 

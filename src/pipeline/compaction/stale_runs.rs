@@ -97,6 +97,7 @@ mod tests {
             path,
             files: 1,
             writers_dead,
+            superseded: false,
             last_change,
         }
     }

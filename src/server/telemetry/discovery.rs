@@ -88,7 +88,7 @@ impl DiscoveryLog {
                 );
             }
             self.unreadable_processes = unreadable;
-            if refresh.processes == 0 && refresh.unreadable.is_empty() && !self.alone_logged {
+            if refresh.outside_own_tree == 0 && !self.alone_logged {
                 self.alone_logged = true;
                 tracing::warn!(
                     "The node agent sees no process but its own: it runs in a pid namespace of its own (a pod without hostPID: true, a container without --pid=host), so it finds no pod's directory. --discover.processes finds writers through /proc: run it in the host's pid namespace (hostPID: true, as deploy/kubernetes' DaemonSet has)."

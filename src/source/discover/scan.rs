@@ -141,8 +141,49 @@ pub struct Scan {
     pub descriptors: usize,
     /// Pids whose descriptors could not be listed (permission denied).
     pub unreadable: Vec<u32>,
+    /// Processes outside the exporter's own process tree (neither its
+    /// ancestors nor its descendants): 0 in a pid namespace of its own, even
+    /// under `sh -c`, tini or dumb-init.
+    pub outside_own_tree: usize,
     /// How long the scan took.
     pub elapsed: Duration,
+}
+
+/// How many of `processes` (pid, parent's pid) are outside the process tree
+/// of `me`: neither `me`, nor an ancestor (a shell, tini or dumb-init
+/// started it), nor a descendant.
+pub fn outside_own_tree(me: u32, processes: &[(u32, Option<u32>)]) -> usize {
+    let parent: BTreeMap<u32, u32> = processes
+        .iter()
+        .filter_map(|&(pid, parent)| Some((pid, parent?)))
+        .collect();
+    let mut ancestors = std::collections::BTreeSet::new();
+    let mut at = me;
+    while let Some(&up) = parent.get(&at) {
+        if up == 0 || !ancestors.insert(up) {
+            break;
+        }
+        at = up;
+    }
+    let descends = |pid: u32| {
+        let mut at = pid;
+        let mut steps = 0;
+        while let Some(&up) = parent.get(&at) {
+            if up == me {
+                return true;
+            }
+            steps += 1;
+            if up == 0 || steps > processes.len() {
+                return false;
+            }
+            at = up;
+        }
+        false
+    };
+    processes
+        .iter()
+        .filter(|&&(pid, _)| pid != me && !ancestors.contains(&pid) && !descends(pid))
+        .count()
 }
 
 /// Scans every process in `/proc` but the exporter's own.
@@ -151,7 +192,13 @@ pub fn scan() -> Scan {
     let me = std::process::id();
     let mut result = Scan::default();
     let mut groups: BTreeMap<(u64, PathBuf), (Vec<Holder>, HeldFile)> = BTreeMap::new();
-    for pid in procfs::processes() {
+    let pids = procfs::processes();
+    let parents: Vec<(u32, Option<u32>)> = pids
+        .iter()
+        .map(|&pid| (pid, procfs::parent_pid(&procfs::process_dir(pid))))
+        .collect();
+    result.outside_own_tree = outside_own_tree(me, &parents);
+    for pid in pids {
         if pid == me {
             continue;
         }

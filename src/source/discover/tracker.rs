@@ -285,6 +285,9 @@ pub struct Refresh {
     /// Pids whose descriptors could not be read (permission denied): count
     /// them, and log that `CAP_SYS_PTRACE` is missing.
     pub unreadable: Vec<u32>,
+    /// Processes outside the exporter's own process tree
+    /// ([`Scan::outside_own_tree`]).
+    pub outside_own_tree: usize,
     /// How long the scan of `/proc` took.
     pub scan_time: Duration,
     /// Targets discovered by this refresh.
@@ -361,6 +364,7 @@ impl Discovery {
             processes: scan.processes,
             descriptors: scan.descriptors,
             unreadable: scan.unreadable,
+            outside_own_tree: scan.outside_own_tree,
             scan_time: scan.elapsed,
             ..Refresh::default()
         };

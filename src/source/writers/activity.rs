@@ -10,12 +10,11 @@
 //! most every [`CHECK_INTERVAL`]; a run whose content moved within
 //! [`ACTIVE_WINDOW`] is *changing*.
 
-use std::hash::Hasher as _;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use rustc_hash::{FxHashMap, FxHasher};
+use rustc_hash::FxHashMap;
 
 use crate::format::layout::{read_used, scan_window, HEADER_LEN};
 
@@ -85,31 +84,6 @@ pub fn layout_of_bytes(head: &[u8], file_len: usize) -> Layout {
     }
 }
 
-/// A hash of the bytes in use of each file (its `used` header and records).
-fn signature(files: &[&Path]) -> u64 {
-    let mut hasher = FxHasher::default();
-    for path in files {
-        hasher.write(path.as_os_str().as_encoded_bytes());
-        let Ok(mut file) = std::fs::File::open(path) else {
-            hasher.write_u8(0);
-            continue;
-        };
-        let mut header = [0u8; HEADER_LEN];
-        if file.read_exact(&mut header).is_err() {
-            hasher.write_u8(1);
-            continue;
-        }
-        hasher.write(&header);
-        let used = u32::from_ne_bytes([header[0], header[1], header[2], header[3]]) as usize;
-        let mut rest = Vec::new();
-        let _ = (&mut file)
-            .take(used.saturating_sub(HEADER_LEN) as u64)
-            .read_to_end(&mut rest);
-        hasher.write(&rest);
-    }
-    hasher.finish()
-}
-
 /// One run as last looked at.
 #[derive(Debug)]
 struct Looked {
@@ -125,14 +99,15 @@ pub struct Activity {
 }
 
 impl Activity {
-    /// Whether the content of `run`'s `files` moved within
-    /// [`ACTIVE_WINDOW`] (looked at again when the last look is older than
-    /// [`CHECK_INTERVAL`]). The first look sets the baseline: unchanged.
-    pub fn changing(&mut self, run: &Path, files: &[&Path], now: Instant) -> bool {
+    /// Whether the content of `run` (its files' hash, `signature`) moved
+    /// within [`ACTIVE_WINDOW`] (looked at again when the last look is older
+    /// than [`CHECK_INTERVAL`]). The first look sets the baseline:
+    /// unchanged.
+    pub fn changing(&mut self, run: &Path, now: Instant, signature: impl FnOnce() -> u64) -> bool {
         match self.runs.get_mut(run) {
             Some(looked) => {
                 if now.duration_since(looked.checked) >= CHECK_INTERVAL {
-                    let signature = signature(files);
+                    let signature = signature();
                     if signature != looked.signature {
                         looked.signature = signature;
                         looked.changed = Some(now);
@@ -147,7 +122,7 @@ impl Activity {
                 self.runs.insert(
                     run.to_path_buf(),
                     Looked {
-                        signature: signature(files),
+                        signature: signature(),
                         checked: now,
                         changed: None,
                     },
@@ -160,6 +135,26 @@ impl Activity {
     /// Forgets the runs not in `keep` (removed, or no longer runs).
     pub fn retain(&mut self, keep: impl Fn(&Path) -> bool) {
         self.runs.retain(|run, _| keep(run));
+    }
+
+    /// Looks at `run`'s content (`signature`) now, however recent the last
+    /// look (a second look at a run first seen): a move makes it changing.
+    pub fn look_again(&mut self, run: &Path, now: Instant, signature: impl FnOnce() -> u64) {
+        if let Some(looked) = self.runs.get_mut(run) {
+            let signature = signature();
+            if signature != looked.signature {
+                looked.signature = signature;
+                looked.changed = Some(now);
+            }
+            looked.checked = now;
+        } else {
+            self.changing(run, now, signature);
+        }
+    }
+
+    /// Whether `run` was looked at already (its baseline is set).
+    pub fn known(&self, run: &Path) -> bool {
+        self.runs.contains_key(run)
     }
 }
 
@@ -192,17 +187,19 @@ mod tests {
         let mut activity = Activity::default();
         let t0 = Instant::now();
         let files = [file.as_path()];
-        assert!(!activity.changing(dir.path(), &files, t0), "a baseline");
-        assert!(!activity.changing(dir.path(), &files, t0 + CHECK_INTERVAL));
+        let limits = super::super::evidence::ContentLimits::default();
+        let sig = || super::super::evidence::content_signature(&files, limits);
+        assert!(!activity.changing(dir.path(), t0, sig), "a baseline");
+        assert!(!activity.changing(dir.path(), t0 + CHECK_INTERVAL, sig));
         // A value written in place (as through mmap): same size, same mtime.
         std::fs::write(&file, file_bytes(&[("[\"c\"]", 2.0, 0.0)])).unwrap();
         assert!(
-            !activity.changing(dir.path(), &files, t0 + CHECK_INTERVAL + CHECK_INTERVAL / 2),
+            !activity.changing(dir.path(), t0 + CHECK_INTERVAL + CHECK_INTERVAL / 2, sig),
             "not looked at again within the interval"
         );
         let seen = t0 + CHECK_INTERVAL * 2;
-        assert!(activity.changing(dir.path(), &files, seen));
-        assert!(activity.changing(dir.path(), &files, seen + CHECK_INTERVAL));
-        assert!(!activity.changing(dir.path(), &files, seen + ACTIVE_WINDOW));
+        assert!(activity.changing(dir.path(), seen, sig));
+        assert!(activity.changing(dir.path(), seen + CHECK_INTERVAL, sig));
+        assert!(!activity.changing(dir.path(), seen + ACTIVE_WINDOW, sig));
     }
 }

@@ -33,15 +33,18 @@
 //! files are live ([`WriterPolicy::collector_writes`]).
 
 pub mod activity;
+pub mod evidence;
 pub mod procfs;
 mod sampled;
 
 pub use sampled::PROCESS_SAMPLE_INTERVAL;
 
 use crate::model::MetricFamily;
+use evidence::{Evidence, ProcessHandle};
 use rustc_hash::FxHashMap as HashMap;
 use sampled::ProcessSampler;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How the liveness of writers is decided (`--writers.liveness`).
@@ -210,29 +213,12 @@ const REVIVAL_INTERVAL: Duration = Duration::from_secs(5);
 /// How often the table of nested pid namespaces is rebuilt.
 const NAMESPACE_TABLE_TTL: Duration = Duration::from_secs(30);
 
-/// The start time of the process `host` (pid as the exporter sees it), from
-/// its kept handle while that process lives, else from a newly opened one
-/// (kept in turn); `None` if no process has that pid.
-fn current_start(handles: &mut HashMap<u32, procfs::ProcessHandle>, host: u32) -> Option<f64> {
-    if let Some(start) = handles
-        .get(&host)
-        .and_then(procfs::ProcessHandle::start_time)
-    {
-        return Some(start);
-    }
-    handles.remove(&host);
-    let handle = procfs::ProcessHandle::open(&procfs::process_dir(host))?;
-    let start = handle.start_time();
-    handles.insert(host, handle);
-    start
-}
-
 /// A process that may be a file's writer.
 #[derive(Clone, Debug)]
 struct Candidate {
     /// Its pid as the exporter sees it.
     host: u32,
-    /// When it started.
+    /// When it started, in seconds since boot.
     start: f64,
     /// The files it holds open; `None` if they cannot be read.
     open: Option<Vec<procfs::OpenFile>>,
@@ -256,9 +242,9 @@ enum Verdict {
 #[derive(Debug, Default)]
 struct NamespaceTable {
     built: Option<Instant>,
-    /// When it was built, in wall-clock seconds since the Unix epoch (to
-    /// compare with file creation times).
-    built_wall: f64,
+    /// When it was built, in seconds since boot (to compare with file
+    /// creation times).
+    built_boot: f64,
     /// Innermost pid -> pids as the exporter sees them (only processes whose
     /// innermost pid differs from the exporter's view).
     nested: HashMap<u32, Vec<u32>>,
@@ -272,20 +258,27 @@ pub struct Writers {
     /// By device, inode and creation time (an inode number is reused by
     /// a later file once the old one is deleted).
     verdicts: HashMap<(u64, u64, u64), Verdict>,
-    /// Candidates by pid: when looked up (monotonic, and wall-clock seconds
-    /// since the Unix epoch, to compare with file creation times).
+    /// Candidates by pid: when looked up (monotonic, and seconds since boot,
+    /// to compare with file creation times).
     lookups: HashMap<u32, (Instant, f64, Vec<Candidate>)>,
+    /// Each file's birth in seconds since boot, as converted when it was
+    /// first seen (a wall clock stepped since changes nothing).
+    births: HashMap<(u64, u64, u64), f64>,
     namespaces: NamespaceTable,
     self_pid: u32,
     /// When [`Self::revived`] last looked.
     revival_checked: Option<Instant>,
     /// Live writers' processes, kept open: one `pread` per scrape tells each
     /// is still the same process.
-    handles: HashMap<u32, procfs::ProcessHandle>,
+    handles: HashMap<u32, Box<dyn ProcessHandle>>,
     /// The live writers' `process_*` values, read once a second at most.
     sampler: ProcessSampler,
     /// Groups of files whose content is watched where pids cannot be seen.
     activity: activity::Activity,
+    /// Where every piece of evidence comes from.
+    evidence: Arc<dyn Evidence>,
+    /// How much of a run's files the content check reads.
+    content_limits: evidence::ContentLimits,
 }
 
 /// What the writers of a group of files (a temporary run) are known to be.
@@ -313,8 +306,13 @@ pub struct Census {
 }
 
 impl Writers {
-    /// A tracker applying `policy`.
+    /// A tracker applying `policy`, to the running system's processes.
     pub fn new(policy: WriterPolicy) -> Self {
+        Self::with_evidence(policy, evidence::system())
+    }
+
+    /// A tracker applying `policy`, deciding from `evidence`.
+    pub fn with_evidence(policy: WriterPolicy, evidence: Arc<dyn Evidence>) -> Self {
         let visibility = match policy.liveness {
             LivenessMode::Auto => Visibility::Unconfirmed,
             LivenessMode::Proc => Visibility::Assumed,
@@ -326,12 +324,55 @@ impl Writers {
             verdicts: HashMap::default(),
             lookups: HashMap::default(),
             namespaces: NamespaceTable::default(),
-            self_pid: std::process::id(),
+            self_pid: evidence.own_pid(),
             revival_checked: None,
             handles: HashMap::default(),
+            births: HashMap::default(),
+            content_limits: evidence::ContentLimits::default(),
             sampler: ProcessSampler::default(),
             activity: activity::Activity::default(),
+            evidence,
         }
+    }
+
+    /// Where the evidence comes from.
+    pub fn evidence(&self) -> &Arc<dyn Evidence> {
+        &self.evidence
+    }
+
+    /// The start time of process `host` (seconds since boot), from its kept
+    /// handle while that process lives, else from a newly opened one (kept
+    /// in turn); `None` if no process has that pid.
+    fn current_start(&mut self, host: u32) -> Option<f64> {
+        if let Some(start) = self.handles.get(&host).and_then(|h| h.start_time()) {
+            return Some(start);
+        }
+        self.handles.remove(&host);
+        let handle = self.evidence.handle(host)?;
+        let start = handle.start_time();
+        self.handles.insert(host, handle);
+        start
+    }
+
+    /// When `file` was born, in seconds since boot: converted from the wall
+    /// clock the first time it is seen, with the offset between the clocks
+    /// read now.
+    fn born(&mut self, file: &WrittenFile) -> f64 {
+        if let Some(born) = self.births.get(&file.key()) {
+            return *born;
+        }
+        let wall_born = self.evidence.birth(file.identity, file.born);
+        let born = match self.evidence.clocks() {
+            Some((boot, wall)) => wall_born - (wall - boot),
+            None => wall_born,
+        };
+        self.births.insert(file.key(), born);
+        born
+    }
+
+    /// Seconds since boot now (0 if the clock cannot be read).
+    fn boot_now(&self) -> f64 {
+        self.evidence.clocks().map_or(0.0, |(boot, _)| boot)
     }
 
     /// What the writers of the run `run` are, from its files' writer
@@ -347,7 +388,12 @@ impl Writers {
             }
             return RunState::Unknown;
         }
-        if self.activity.changing(run, files, Instant::now()) {
+        let now = self.evidence.now();
+        let (evidence, limits) = (self.evidence.clone(), self.content_limits);
+        if self
+            .activity
+            .changing(run, now, || evidence.content(files, limits))
+        {
             RunState::Changing
         } else {
             RunState::Unknown
@@ -357,6 +403,25 @@ impl Writers {
     /// Forgets the content of the runs `keep` does not keep.
     pub fn retain_runs(&mut self, keep: impl Fn(&Path) -> bool) {
         self.activity.retain(keep);
+    }
+
+    /// Whether the content of `run` was looked at already.
+    pub fn looked_at(&self, run: &Path) -> bool {
+        self.activity.known(run)
+    }
+
+    /// Looks at the content of `run`'s `files` again now, whenever it was
+    /// last looked at (a second look shortly after the first).
+    pub fn look_again(&mut self, run: &Path, files: &[&Path]) {
+        let now = self.evidence.now();
+        let (evidence, limits) = (self.evidence.clone(), self.content_limits);
+        self.activity
+            .look_again(run, now, || evidence.content(files, limits));
+    }
+
+    /// Reads at most `limits` of a run's files to tell their content moved.
+    pub fn set_content_limits(&mut self, limits: evidence::ContentLimits) {
+        self.content_limits = limits;
     }
 
     /// The policy applied.
@@ -395,7 +460,7 @@ impl Writers {
                 live: Vec::new(),
             };
         }
-        let now = Instant::now();
+        let now = self.evidence.now();
         let unconfirmed = self.visibility == Visibility::Unconfirmed;
         let mut starts: HashMap<u32, Option<f64>> = HashMap::default();
         let mut states = Vec::with_capacity(files.len());
@@ -412,9 +477,14 @@ impl Writers {
             let state = match self.verdicts.get(&file.key()).copied() {
                 Some(Verdict::Dead { .. }) => WriterState::Dead,
                 Some(Verdict::Alive { host, start }) => {
-                    let current = *starts
-                        .entry(host)
-                        .or_insert_with(|| current_start(&mut self.handles, host));
+                    let current = match starts.get(&host) {
+                        Some(current) => *current,
+                        None => {
+                            let current = self.current_start(host);
+                            starts.insert(host, current);
+                            current
+                        }
+                    };
                     if current == Some(start) {
                         live.push((pid, host));
                         WriterState::Live
@@ -441,6 +511,7 @@ impl Writers {
             let asked: std::collections::HashSet<(u64, u64, u64)> =
                 files.iter().map(WrittenFile::key).collect();
             self.verdicts.retain(|id, _| asked.contains(id));
+            self.births.retain(|id, _| asked.contains(id));
         }
         self.lookups
             .retain(|_, (at, _, _)| now.duration_since(*at) < LOOKUP_TTL);
@@ -457,7 +528,8 @@ impl Writers {
     /// [`PROCESS_SAMPLE_INTERVAL`] (at once when the live writers change),
     /// and the reading's version: equal versions, equal families.
     pub fn process_families(&mut self, live: &[(u32, u32)]) -> (&[MetricFamily], u64) {
-        self.sampler.families(live, Instant::now())
+        let now = self.evidence.now();
+        self.sampler.families(live, now)
     }
 
     /// Looks (at most every few seconds) for a running process with a dead
@@ -467,7 +539,7 @@ impl Writers {
     /// are forgotten (the next census decides afresh) and the pids returned,
     /// so that their files are no longer taken as final.
     pub fn revived(&mut self) -> Vec<u32> {
-        let now = Instant::now();
+        let now = self.evidence.now();
         let due = self
             .revival_checked
             .is_none_or(|at| now.duration_since(at) >= REVIVAL_INTERVAL);
@@ -489,11 +561,11 @@ impl Writers {
             .built
             .is_none_or(|at| now.duration_since(at) >= NAMESPACE_TABLE_TTL)
         {
-            self.namespaces = NamespaceTable::build(self.self_pid, now);
+            self.namespaces = NamespaceTable::build(&*self.evidence, now);
         }
         let mut revived = Vec::new();
-        for host in procfs::processes() {
-            if host == self.self_pid && !self.policy.collector_writes {
+        for host in self.evidence.processes() {
+            if self.excluded(host) {
                 continue;
             }
             let mut pids: Vec<u32> = Vec::new();
@@ -508,7 +580,7 @@ impl Writers {
             if pids.is_empty() {
                 continue;
             }
-            let Some(open) = procfs::open_files(&procfs::process_dir(host)) else {
+            let Some(open) = self.evidence.open_files(host) else {
                 continue;
             };
             for pid in pids {
@@ -538,7 +610,18 @@ impl Writers {
     /// Whether a running process has `pid`, as the exporter sees pids or as
     /// the innermost pid of a nested namespace (as last tabulated).
     pub fn pid_in_use(&self, pid: u32) -> bool {
-        procfs::process_dir(pid).exists() || self.namespaces.nested.contains_key(&pid)
+        (!self.evidence.own_task(pid) && self.evidence.start_time(pid).is_some())
+            || self.namespaces.nested.contains_key(&pid)
+    }
+
+    /// Whether process `host` can be no writer: a task of the exporter's own
+    /// thread group (its pid, unless the collector writes, or any of its
+    /// threads: their ids are pids in `/proc` too).
+    fn excluded(&self, host: u32) -> bool {
+        if host == self.self_pid {
+            return !self.policy.collector_writes;
+        }
+        self.evidence.own_task(host)
     }
 
     fn decide(
@@ -548,29 +631,30 @@ impl Writers {
         now: Instant,
         live: &mut Vec<(u32, u32)>,
     ) -> WriterState {
+        let born = self.born(file);
         let mut candidates = self.candidates(pid, now, false);
-        let (mut holder, mut possible) = Self::weigh(&candidates, file);
+        let (mut holder, mut possible) = Self::weigh(&candidates, file, born);
         let looked_up = self.lookups.get(&pid).map_or(f64::INFINITY, |l| l.1);
         if holder.is_none()
             && possible.is_none()
             && !candidates.is_empty()
-            && looked_up < file.born + START_SLACK_SECONDS
+            && looked_up < born + START_SLACK_SECONDS
         {
             // The lookup may predate the file (a writer opens files as its
             // metrics are first used): look again before calling it dead.
             candidates = self.candidates(pid, now, true);
-            (holder, possible) = Self::weigh(&candidates, file);
+            (holder, possible) = Self::weigh(&candidates, file, born);
         }
         if holder.is_none()
             && possible.is_none()
-            && self.namespaces.built_wall < file.born + START_SLACK_SECONDS
+            && self.namespaces.built_boot < born + START_SLACK_SECONDS
         {
             // The table of nested pid namespaces may predate the writer (a
             // process started since in a pod, seen with hostPID): build it
             // again before calling it dead (once per file born after it).
-            self.namespaces = NamespaceTable::build(self.self_pid, now);
+            self.namespaces = NamespaceTable::build(&*self.evidence, now);
             candidates = self.candidates(pid, now, true);
-            (holder, possible) = Self::weigh(&candidates, file);
+            (holder, possible) = Self::weigh(&candidates, file, born);
         }
         if holder.is_some() && self.visibility == Visibility::Unconfirmed {
             self.visibility = Visibility::Confirmed;
@@ -599,11 +683,15 @@ impl Writers {
     /// created is not its writer (its pid was reused), unless it holds the
     /// file open for writing: prometheus_client in a later process given a
     /// dead writer's pid opens that writer's files again and writes to them.
-    fn weigh(candidates: &[Candidate], file: &WrittenFile) -> (Option<usize>, Option<usize>) {
+    fn weigh(
+        candidates: &[Candidate],
+        file: &WrittenFile,
+        born: f64,
+    ) -> (Option<usize>, Option<usize>) {
         let mut holder = None;
         let mut possible = None;
         for (i, c) in candidates.iter().enumerate() {
-            let earlier = c.start <= file.born + START_SLACK_SECONDS;
+            let earlier = c.start <= born + START_SLACK_SECONDS;
             match &c.open {
                 Some(open) => {
                     let held = open.iter().any(|o| {
@@ -621,8 +709,8 @@ impl Writers {
     }
 
     /// The processes that may have written files named with `pid`: the
-    /// process of that pid (if it is not the exporter), and those whose
-    /// innermost pid it is in a nested namespace.
+    /// process of that pid (if it is no task of the exporter's own thread
+    /// group), and those whose innermost pid it is in a nested namespace.
     /// Looked up again when `fresh` or older than [`LOOKUP_TTL`].
     fn candidates(&mut self, pid: u32, now: Instant, fresh: bool) -> Vec<Candidate> {
         if let Some((at, _, found)) = self.lookups.get(&pid) {
@@ -630,11 +718,9 @@ impl Writers {
                 return found.clone();
             }
         }
-        let wall = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64());
+        let boot = self.boot_now();
         let mut hosts = Vec::new();
-        if pid != self.self_pid || self.policy.collector_writes {
+        if !self.excluded(pid) {
             hosts.push(pid);
         }
         let stale = self
@@ -642,7 +728,7 @@ impl Writers {
             .built
             .is_none_or(|at| now.duration_since(at) >= NAMESPACE_TABLE_TTL);
         if stale {
-            self.namespaces = NamespaceTable::build(self.self_pid, now);
+            self.namespaces = NamespaceTable::build(&*self.evidence, now);
         }
         if let Some(nested) = self.namespaces.nested.get(&pid) {
             hosts.extend(nested.iter().copied());
@@ -650,17 +736,16 @@ impl Writers {
         let found: Vec<Candidate> = hosts
             .into_iter()
             .filter_map(|host| {
-                let dir = procfs::process_dir(host);
-                let start = procfs::start_time(&dir)?;
+                let start = self.evidence.start_time(host)?;
                 Some(Candidate {
                     host,
                     start,
-                    open: procfs::open_files(&dir),
+                    open: self.evidence.open_files(host),
                     own: host == self.self_pid,
                 })
             })
             .collect();
-        self.lookups.insert(pid, (now, wall, found.clone()));
+        self.lookups.insert(pid, (now, boot, found.clone()));
         found
     }
 }
@@ -668,13 +753,13 @@ impl Writers {
 impl NamespaceTable {
     /// Reads every process's innermost pid; keeps those that differ from
     /// the exporter's view of them.
-    fn build(self_pid: u32, now: Instant) -> Self {
+    fn build(evidence: &dyn Evidence, now: Instant) -> Self {
         let mut nested: HashMap<u32, Vec<u32>> = HashMap::default();
-        for host in procfs::processes() {
-            if host == self_pid {
+        for host in evidence.processes() {
+            if evidence.own_task(host) {
                 continue;
             }
-            if let Some(inner) = procfs::innermost_pid(&procfs::process_dir(host)) {
+            if let Some(inner) = evidence.innermost_pid(host) {
                 if inner != host {
                     nested.entry(inner).or_default().push(host);
                 }
@@ -682,9 +767,7 @@ impl NamespaceTable {
         }
         Self {
             built: Some(now),
-            built_wall: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0.0, |d| d.as_secs_f64()),
+            built_boot: evidence.clocks().map_or(0.0, |(boot, _)| boot),
             nested,
         }
     }

@@ -50,20 +50,32 @@ fn boot_time() -> Option<u64> {
 /// The system's boot time in seconds since the Unix epoch, to the hundredth
 /// of a second: the clock now less `/proc/uptime` (which counts from boot in
 /// the clock process start times count in). `btime` drops the fraction of a
-/// second, so a start time built on it can be up to a second early; the
-/// writers' pid-reuse guard compares start times with file creation times and
-/// needs them exact. Taken once: the offset between the two clocks moves only
-/// when the wall clock is stepped.
+/// second, so a start time built on it can be up to a second early. Read
+/// anew at each call: the offset between the two clocks moves whenever the
+/// wall clock is stepped (issue 53).
 fn precise_boot_time() -> Option<f64> {
-    static BOOT: OnceLock<Option<f64>> = OnceLock::new();
-    *BOOT.get_or_init(|| {
-        let uptime = std::fs::read_to_string(Path::new(PROC).join("uptime")).ok()?;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .ok()?
-            .as_secs_f64();
-        boot_from_uptime(&uptime, now)
-    })
+    let uptime = std::fs::read_to_string(Path::new(PROC).join("uptime")).ok()?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_secs_f64();
+    boot_from_uptime(&uptime, now)
+}
+
+/// Seconds since boot (`/proc/uptime`, the clock process start times count
+/// in), to the hundredth of a second.
+pub fn since_boot() -> Option<f64> {
+    let uptime = std::fs::read_to_string(Path::new(PROC).join("uptime")).ok()?;
+    let up: f64 = uptime.split_whitespace().next()?.parse().ok()?;
+    (up.is_finite() && up >= 0.0).then_some(up)
+}
+
+/// When the process of `dir` (`/proc/<pid>`) started, in seconds since boot
+/// (no wall clock involved: immune to its steps).
+pub fn start_since_boot(dir: &Path) -> Option<f64> {
+    let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+    let fields = stat_fields(&stat)?;
+    Some(stat_field(&fields, 22)? as f64 / USER_HZ)
 }
 
 /// The boot time that `/proc/uptime`'s text `uptime` gives at Unix time
@@ -107,13 +119,14 @@ impl ProcessHandle {
         // The file first: a start time read after it is this process's or,
         // if the pid was reused in between, the check below fails.
         let comm = std::fs::File::open(dir.join("comm")).ok()?;
-        let start = start_time(dir)?;
+        let start = start_since_boot(dir)?;
         let handle = Self { comm, start };
         handle.start_time().map(|_| handle)
     }
 
-    /// The process's start time as [`start_time`] gave it when the handle
-    /// was opened; `None` once the process is gone.
+    /// The process's start time (seconds since boot, as
+    /// [`start_since_boot`] gave it when the handle was opened); `None` once
+    /// the process is gone.
     pub fn start_time(&self) -> Option<f64> {
         use std::os::unix::fs::FileExt as _;
         let mut buf = [0u8; 64];
@@ -130,6 +143,13 @@ pub fn innermost_pid(dir: &Path) -> Option<u32> {
         .find_map(|l| l.strip_prefix("NSpid:"))
         .and_then(|v| v.split_whitespace().last())
         .and_then(|v| v.parse().ok())
+}
+
+/// The process's parent's pid (field 4 of `stat`).
+pub fn parent_pid(dir: &Path) -> Option<u32> {
+    let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+    let fields = stat_fields(&stat)?;
+    stat_field(&fields, 4).and_then(|v| u32::try_from(v).ok())
 }
 
 /// The pids listed in `/proc`.
@@ -392,7 +412,7 @@ mod tests {
             return;
         }
         let kept = ProcessHandle::open(&dir).unwrap();
-        assert_eq!(kept.start_time(), start_time(&dir));
+        assert_eq!(kept.start_time(), start_since_boot(&dir));
         assert!(kept.start_time().is_some());
         child.kill().unwrap();
         child.wait().unwrap();
