@@ -606,3 +606,7 @@ mod tests {
         assert!(survey.stale.is_empty());
     }
 }
+
+#[cfg(test)]
+#[path = "temporary_tests.rs"]
+mod seam_tests;

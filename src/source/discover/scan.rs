@@ -325,6 +325,33 @@ fn multiprocess_file(target: &Path) -> Option<(&Path, &str)> {
 mod tests {
     use super::*;
 
+    /// Issue 53 (defect 8): the node agent without `hostPID` warned only
+    /// when it was literally alone: under `sh -c`, tini or dumb-init (one
+    /// more process in its namespace) there was no warning and
+    /// `…_discovery_processes_visible` said 1.
+    #[test]
+    fn the_node_agent_alone_under_an_init_sees_no_process_outside_its_tree() {
+        // Run directly: pid 1.
+        assert_eq!(outside_own_tree(1, &[(1, Some(0))]), 0);
+        // Under tini (pid 1), with a child of its own.
+        let tree = [(1, Some(0)), (7, Some(1)), (9, Some(7))];
+        assert_eq!(outside_own_tree(7, &tree), 0);
+        // Under `sh -c` under dumb-init.
+        let tree = [(1, Some(0)), (2, Some(1)), (3, Some(2))];
+        assert_eq!(outside_own_tree(3, &tree), 0);
+        // With hostPID: the host's processes are outside.
+        let host = [
+            (1, Some(0)),
+            (40, Some(1)),
+            (41, Some(40)),
+            (50, Some(1)),
+            (51, Some(50)),
+        ];
+        assert_eq!(outside_own_tree(41, &host), 2);
+        // A parent unknown (gone, unreadable): outside.
+        assert_eq!(outside_own_tree(3, &[(3, Some(1)), (5, None)]), 1);
+    }
+
     #[test]
     fn the_grammar_is_prometheus_clients() {
         for good in [

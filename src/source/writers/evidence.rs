@@ -48,6 +48,44 @@ impl Default for ContentLimits {
     }
 }
 
+/// Each file's birth in the boot clock, converted from the wall clock when
+/// the process first saw it (by any source), with the offset between the
+/// clocks read then: a wall clock stepped afterwards changes nothing. One per
+/// process ([`Evidence::births`]).
+#[derive(Debug, Default)]
+pub struct Births {
+    boot: std::sync::Mutex<rustc_hash::FxHashMap<(u64, u64, u64), f64>>,
+}
+
+/// Conversions kept at most; past it they are forgotten (files seen since
+/// are converted again, with the offset of that moment).
+const BIRTHS_KEPT: usize = 1 << 18;
+
+impl Births {
+    /// The birth of the file `identity` (born `recorded`, wall clock, as its
+    /// `stat` says) in seconds since boot.
+    pub fn boot_birth(&self, evidence: &dyn Evidence, identity: (u64, u64), recorded: f64) -> f64 {
+        let key = (identity.0, identity.1, recorded.to_bits());
+        let mut boot = self
+            .boot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(born) = boot.get(&key) {
+            return *born;
+        }
+        let wall_born = evidence.birth(identity, recorded);
+        let born = match evidence.clocks() {
+            Some((boot_now, wall_now)) => wall_born - (wall_now - boot_now),
+            None => wall_born,
+        };
+        if boot.len() >= BIRTHS_KEPT {
+            boot.clear();
+        }
+        boot.insert(key, born);
+        born
+    }
+}
+
 /// Everything liveness is decided from.
 pub trait Evidence: Send + Sync + fmt::Debug {
     /// The exporter's own pid (its thread group), as it sees pids.
@@ -72,6 +110,8 @@ pub trait Evidence: Send + Sync + fmt::Debug {
     /// The boot clock and the wall clock (seconds since the Unix epoch),
     /// read together.
     fn clocks(&self) -> Option<(f64, f64)>;
+    /// The process's files' births in the boot clock.
+    fn births(&self) -> &Births;
     /// When the file `identity` was born, in wall-clock seconds, given what
     /// its `stat` said (`recorded`).
     fn birth(&self, identity: (u64, u64), recorded: f64) -> f64 {
@@ -90,13 +130,15 @@ pub trait Evidence: Send + Sync + fmt::Debug {
 }
 
 /// The evidence of the running system: `/proc` and the kernel's clocks.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct System;
+#[derive(Debug, Default)]
+pub struct System {
+    births: Births,
+}
 
 /// The shared [`System`].
 pub fn system() -> Arc<dyn Evidence> {
     static SYSTEM: std::sync::OnceLock<Arc<dyn Evidence>> = std::sync::OnceLock::new();
-    SYSTEM.get_or_init(|| Arc::new(System)).clone()
+    SYSTEM.get_or_init(|| Arc::new(System::default())).clone()
 }
 
 impl ProcessHandle for procfs::ProcessHandle {
@@ -150,6 +192,10 @@ impl Evidence for System {
             .ok()?
             .as_secs_f64();
         Some((boot, wall))
+    }
+
+    fn births(&self) -> &Births {
+        &self.births
     }
 }
 

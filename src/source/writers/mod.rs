@@ -36,6 +36,8 @@ pub mod activity;
 pub mod evidence;
 pub mod procfs;
 mod sampled;
+#[cfg(test)]
+pub(crate) mod scripted;
 
 pub use sampled::PROCESS_SAMPLE_INTERVAL;
 
@@ -261,9 +263,6 @@ pub struct Writers {
     /// Candidates by pid: when looked up (monotonic, and seconds since boot,
     /// to compare with file creation times).
     lookups: HashMap<u32, (Instant, f64, Vec<Candidate>)>,
-    /// Each file's birth in seconds since boot, as converted when it was
-    /// first seen (a wall clock stepped since changes nothing).
-    births: HashMap<(u64, u64, u64), f64>,
     namespaces: NamespaceTable,
     self_pid: u32,
     /// When [`Self::revived`] last looked.
@@ -327,7 +326,6 @@ impl Writers {
             self_pid: evidence.own_pid(),
             revival_checked: None,
             handles: HashMap::default(),
-            births: HashMap::default(),
             content_limits: evidence::ContentLimits::default(),
             sampler: ProcessSampler::default(),
             activity: activity::Activity::default(),
@@ -355,19 +353,11 @@ impl Writers {
     }
 
     /// When `file` was born, in seconds since boot: converted from the wall
-    /// clock the first time it is seen, with the offset between the clocks
-    /// read now.
-    fn born(&mut self, file: &WrittenFile) -> f64 {
-        if let Some(born) = self.births.get(&file.key()) {
-            return *born;
-        }
-        let wall_born = self.evidence.birth(file.identity, file.born);
-        let born = match self.evidence.clocks() {
-            Some((boot, wall)) => wall_born - (wall - boot),
-            None => wall_born,
-        };
-        self.births.insert(file.key(), born);
-        born
+    /// clock the first time the process saw it ([`evidence::Births`]).
+    fn born(&self, file: &WrittenFile) -> f64 {
+        self.evidence
+            .births()
+            .boot_birth(&*self.evidence, file.identity, file.born)
     }
 
     /// Seconds since boot now (0 if the clock cannot be read).
@@ -511,7 +501,6 @@ impl Writers {
             let asked: std::collections::HashSet<(u64, u64, u64)> =
                 files.iter().map(WrittenFile::key).collect();
             self.verdicts.retain(|id, _| asked.contains(id));
-            self.births.retain(|id, _| asked.contains(id));
         }
         self.lookups
             .retain(|_, (at, _, _)| now.duration_since(*at) < LOOKUP_TTL);
