@@ -19,6 +19,8 @@ pub mod discovered;
 pub mod discovered_labels;
 mod fair;
 pub mod lifecycle;
+#[cfg(test)]
+mod liveness_model;
 pub mod part_status;
 pub mod parts;
 pub mod per_writer;

@@ -380,9 +380,17 @@ impl Runs {
             if current {
                 survey.current.push(run.path);
             } else {
+                // Removal needs more than a verdict: no process has any of
+                // its writers' pids (a later process given one of them is
+                // told apart by clocks only, which a step can fool).
+                let writers_dead = state == RunState::Dead
+                    && run
+                        .files
+                        .iter()
+                        .all(|f| f.pid.is_none_or(|pid| !self.writers.pid_in_use(pid)));
                 survey.stale.push(StaleRun {
                     files: run.files.len(),
-                    writers_dead: state == RunState::Dead,
+                    writers_dead,
                     superseded: self.superseded.contains(&run.path),
                     last_change: run.last_change,
                     path: run.path,

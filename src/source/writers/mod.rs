@@ -340,12 +340,18 @@ impl Writers {
 
     /// The start time of process `host` (seconds since boot), from its kept
     /// handle while that process lives, else from a newly opened one (kept
-    /// in turn); `None` if no process has that pid.
+    /// in turn); `None` if no process has that pid, or if the kept one has
+    /// exited (once: the next call opens a handle on its successor).
     fn current_start(&mut self, host: u32) -> Option<f64> {
-        if let Some(start) = self.handles.get(&host).and_then(|h| h.start_time()) {
-            return Some(start);
+        if let Some(kept) = self.handles.get(&host) {
+            if let Some(start) = kept.start_time() {
+                return Some(start);
+            }
+            // The process it was kept for is gone: whatever has its pid now
+            // is another one (even one started within the same clock tick).
+            self.handles.remove(&host);
+            return None;
         }
-        self.handles.remove(&host);
         let handle = self.evidence.handle(host)?;
         let start = handle.start_time();
         self.handles.insert(host, handle);
@@ -372,12 +378,14 @@ impl Writers {
         if states.contains(&WriterState::Live) {
             return RunState::Live;
         }
-        if self.pids_visible() {
-            if !states.is_empty() && states.iter().all(|s| *s == WriterState::Dead) {
-                return RunState::Dead;
-            }
-            return RunState::Unknown;
+        if self.pids_visible()
+            && !states.is_empty()
+            && states.iter().all(|s| *s == WriterState::Dead)
+        {
+            return RunState::Dead;
         }
+        // Not known: its content moving tells (where pids are seen too, for
+        // writers that could not be told from a later process).
         let now = self.evidence.now();
         let (evidence, limits) = (self.evidence.clone(), self.content_limits);
         if self
@@ -505,7 +513,15 @@ impl Writers {
         self.lookups
             .retain(|_, (at, _, _)| now.duration_since(*at) < LOOKUP_TTL);
         if all {
-            self.handles.retain(|host, _| starts.contains_key(host));
+            let alive: std::collections::HashSet<u32> = self
+                .verdicts
+                .values()
+                .filter_map(|v| match v {
+                    Verdict::Alive { host, .. } => Some(*host),
+                    Verdict::Dead { .. } => None,
+                })
+                .collect();
+            self.handles.retain(|host, _| alive.contains(host));
         }
         live.sort_unstable();
         live.dedup();
@@ -621,18 +637,18 @@ impl Writers {
         live: &mut Vec<(u32, u32)>,
     ) -> WriterState {
         let born = self.born(file);
+        let kept = self
+            .lookups
+            .get(&pid)
+            .is_some_and(|(at, _, _)| now.duration_since(*at) < LOOKUP_TTL);
         let mut candidates = self.candidates(pid, now, false);
-        let (mut holder, mut possible) = Self::weigh(&candidates, file, born);
-        let looked_up = self.lookups.get(&pid).map_or(f64::INFINITY, |l| l.1);
-        if holder.is_none()
-            && possible.is_none()
-            && !candidates.is_empty()
-            && looked_up < born + START_SLACK_SECONDS
-        {
-            // The lookup may predate the file (a writer opens files as its
-            // metrics are first used): look again before calling it dead.
+        let (mut holder, mut possible, mut later) = Self::weigh(&candidates, file, born);
+        if holder.is_none() && possible.is_none() && !later && kept {
+            // A kept lookup may predate the file (a writer opens files as
+            // its metrics are first used; the clocks cannot tell when a
+            // wall clock stepped): look again before calling it dead.
             candidates = self.candidates(pid, now, true);
-            (holder, possible) = Self::weigh(&candidates, file, born);
+            (holder, possible, later) = Self::weigh(&candidates, file, born);
         }
         if holder.is_none()
             && possible.is_none()
@@ -643,7 +659,7 @@ impl Writers {
             // again before calling it dead (once per file born after it).
             self.namespaces = NamespaceTable::build(&*self.evidence, now);
             candidates = self.candidates(pid, now, true);
-            (holder, possible) = Self::weigh(&candidates, file, born);
+            (holder, possible, later) = Self::weigh(&candidates, file, born);
         }
         if holder.is_some() && self.visibility == Visibility::Unconfirmed {
             self.visibility = Visibility::Confirmed;
@@ -652,6 +668,11 @@ impl Writers {
         // The holder, or else (trusted) a process whose files cannot be read.
         if let Some(i) = holder.or(possible.filter(|_| trusted)) {
             let (host, start) = (candidates[i].host, candidates[i].start);
+            // Kept from now on: a successor given its pid, even within the
+            // same clock tick, is never taken for it.
+            if self.current_start(host) != Some(start) {
+                return WriterState::Unknown;
+            }
             self.verdicts
                 .insert(file.key(), Verdict::Alive { host, start });
             live.push((pid, host));
@@ -659,6 +680,10 @@ impl Writers {
         }
         match possible {
             Some(_) => WriterState::Unknown,
+            // A process of the pid runs, told from the writer by clocks only
+            // (a pid given again, or a wall clock stepped since the file was
+            // born): not known dead.
+            None if later => WriterState::Unknown,
             None if trusted => {
                 self.verdicts.insert(file.key(), Verdict::Dead { pid });
                 WriterState::Dead
@@ -667,8 +692,10 @@ impl Writers {
         }
     }
 
-    /// Among `candidates`: the one holding `file` open, and the first whose
-    /// open files cannot be read. A process that started after the file was
+    /// Among `candidates`: the one holding `file` open, the first whose open
+    /// files cannot be read, and whether one whose open files cannot be read
+    /// seems to have started after the file was created (only the clocks
+    /// say so: no evidence that the writer is dead). A process that started after the file was
     /// created is not its writer (its pid was reused), unless it holds the
     /// file open for writing: prometheus_client in a later process given a
     /// dead writer's pid opens that writer's files again and writes to them.
@@ -676,9 +703,10 @@ impl Writers {
         candidates: &[Candidate],
         file: &WrittenFile,
         born: f64,
-    ) -> (Option<usize>, Option<usize>) {
+    ) -> (Option<usize>, Option<usize>, bool) {
         let mut holder = None;
         let mut possible = None;
+        let mut later = false;
         for (i, c) in candidates.iter().enumerate() {
             let earlier = c.start <= born + START_SLACK_SECONDS;
             match &c.open {
@@ -691,10 +719,10 @@ impl Writers {
                     }
                 }
                 None if earlier => possible = possible.or(Some(i)),
-                None => {}
+                None => later = true,
             }
         }
-        (holder, possible)
+        (holder, possible, later)
     }
 
     /// The processes that may have written files named with `pid`: the
@@ -704,7 +732,15 @@ impl Writers {
     fn candidates(&mut self, pid: u32, now: Instant, fresh: bool) -> Vec<Candidate> {
         if let Some((at, _, found)) = self.lookups.get(&pid) {
             if !fresh && now.duration_since(*at) < LOOKUP_TTL {
-                return found.clone();
+                let found = found.clone();
+                // Kept only while each of its processes still runs (one may
+                // have exited, and its pid been given again).
+                if found
+                    .iter()
+                    .all(|c| self.current_start(c.host) == Some(c.start))
+                {
+                    return found;
+                }
             }
         }
         let boot = self.boot_now();

@@ -1,0 +1,571 @@
+//! The reference model of the liveness state-machine test: the world (runs,
+//! writers, clocks) and, for each source that asks, which runs it must read
+//! and which dead writers' live gauges it must leave out, by the rules of
+//! `docs/reliability.md` ("Deployment shapes and liveness"). Pure: no file,
+//! no process; the test applies the same steps to real files and checks the
+//! exporter's output against a fresh prometheus_client merge of what this
+//! model says is served.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Metrics directories (`--dir m0 --dir m1`).
+pub(super) const DIRS: usize = 2;
+/// How often a run's content is looked at, at most (`activity`).
+const CHECK: f64 = 2.0;
+/// How long a run stays changing after its content moved.
+const WINDOW: f64 = 600.0;
+/// The second look at a run first seen (`temporary::SECOND_LOOK`).
+pub(super) const SECOND_LOOK: f64 = 1.0;
+/// How long after the last event a process starts (seconds).
+pub(super) const START_GAP: f64 = 0.1;
+/// Times are sums of tenths of seconds: compared to within this.
+const EPSILON: f64 = 1e-6;
+/// How far a start may be after a birth and still be its writer's.
+const SLACK: f64 = 0.05;
+
+/// Where the exporter runs, and what it can see of the writers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Shape {
+    /// The writers' pid namespace, descriptors readable (`auto`).
+    SharedAuto,
+    /// The writers' pid namespace, `--writers.liveness=proc`, descriptors
+    /// unreadable (the shipped sidecar manifest).
+    SharedProc,
+    /// A pid namespace of its own: pid 1, threads 2 to 5; the writers' pids
+    /// (1 to 8 in theirs) unseen.
+    Own,
+}
+
+impl Shape {
+    pub(super) fn own_pid(self) -> u32 {
+        if self == Self::Own {
+            1
+        } else {
+            50
+        }
+    }
+
+    pub(super) fn own_threads(self) -> Vec<u32> {
+        let me = self.own_pid();
+        (me + 1..=me + 4).collect()
+    }
+
+    /// The pids writers are drawn from (colliding with the exporter's
+    /// thread ids in a namespace of its own).
+    pub(super) fn pids(self) -> std::ops::RangeInclusive<u32> {
+        if self == Self::Own {
+            1..=8
+        } else {
+            100..=107
+        }
+    }
+}
+
+/// A source that asks for the merged families.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Asker {
+    /// `/metrics` (removes stale runs when the policy says so).
+    Metrics,
+    /// A configured view (`running` only), made at start.
+    View,
+    /// A new `?name[]=` set, made at this ask.
+    NameSet,
+    /// `dump`: another process, with no history.
+    Dump,
+}
+
+/// One event.
+#[derive(Clone, Debug)]
+pub(super) enum Step {
+    /// A server starts: a new run (`TemporaryDirectory`) and its first writer.
+    StartRun { dir: usize, pid: u32, busy: bool },
+    /// Another worker of a live run starts.
+    StartWriter { run: usize, pid: u32, busy: bool },
+    /// A writer counts a request.
+    Write { writer: usize },
+    /// A writer exits: by SIGKILL (files left), or cleanly with
+    /// `mark_process_dead` (its live gauge removed).
+    Exit { writer: usize, kill: bool },
+    /// `mark_process_dead` of a dead writer, late.
+    MarkDead { writer: usize },
+    /// A server stops: cleanly (its run removed) or killed (left behind).
+    StopRun { run: usize, clean: bool },
+    /// Time passes; writers that are busy write meanwhile.
+    Advance { secs: u32 },
+    /// The wall clock steps (NTP; the boot clock does not).
+    ClockJump { secs: i32 },
+    /// A source asks.
+    Ask(Asker),
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct Writer {
+    pub(super) pid: u32,
+    pub(super) run: usize,
+    pub(super) alive: bool,
+    pub(super) busy: bool,
+    /// Its live gauge file is there.
+    pub(super) gauge: bool,
+    /// When it started and its files were born (boot clock).
+    born: f64,
+    /// The wall clock less the boot clock when its files were born.
+    born_offset: f64,
+    /// The same when the exporter process first saw them.
+    first_offset: Option<f64>,
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct Run {
+    pub(super) dir: usize,
+    pub(super) name: String,
+    created_wall: f64,
+    pub(super) removed: bool,
+    /// Moves with every change of its files' content.
+    version: u64,
+    pub(super) writers: Vec<usize>,
+}
+
+#[derive(Clone, Debug)]
+struct Look {
+    seen: u64,
+    checked: f64,
+    changed: Option<f64>,
+}
+
+/// What one exporter process keeps of the runs.
+#[derive(Clone, Debug, Default)]
+struct RunsModel {
+    looks: BTreeMap<usize, Look>,
+    superseded: BTreeSet<usize>,
+    /// Liveness (a `Writers`): pids seen, and the writers known dead (a
+    /// verdict reached when no process had the pid is final).
+    seen: Seen,
+}
+
+/// What one `Writers` knows.
+#[derive(Clone, Debug, Default)]
+struct Seen {
+    confirmed: bool,
+    dead: BTreeSet<usize>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Live,
+    Changing,
+    Dead,
+    Unknown,
+}
+
+/// What the last ask must have served.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Expected {
+    pub(super) asker: Asker,
+    /// The runs read, in order (by directory, then name).
+    pub(super) runs: Vec<usize>,
+    /// Writers whose live gauge is left out (seen dead).
+    pub(super) dropped_gauges: BTreeSet<usize>,
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct Model {
+    pub(super) shape: Shape,
+    pub(super) remove_stale: bool,
+    pub(super) runs: Vec<Run>,
+    pub(super) writers: Vec<Writer>,
+    boot: f64,
+    wall_offset: f64,
+    shared: RunsModel,
+    /// What `/metrics`'s and the view's collectors know.
+    collectors: BTreeMap<Asker, Seen>,
+    pub(super) expected: Option<Expected>,
+}
+
+impl Model {
+    pub(super) fn new(shape: Shape, remove_stale: bool) -> Self {
+        Self {
+            shape,
+            remove_stale,
+            runs: Vec::new(),
+            writers: Vec::new(),
+            boot: 100.0,
+            wall_offset: 1_700_000_000.0 - 100.0,
+            shared: RunsModel::default(),
+            collectors: BTreeMap::new(),
+            expected: None,
+        }
+    }
+
+    /// The name of the next run (as `tempfile` names them).
+    pub(super) fn next_run_name(&self) -> String {
+        format!("tmp{:08}", self.runs.len())
+    }
+
+    pub(super) fn present(&self, run: usize) -> bool {
+        self.runs.get(run).is_some_and(|r| !r.removed)
+    }
+
+    pub(super) fn alive_pid(&self, pid: u32) -> bool {
+        self.writers.iter().any(|w| w.alive && w.pid == pid)
+    }
+
+    /// Whether `step` can happen now.
+    pub(super) fn allows(&self, step: &Step) -> bool {
+        let pid_free = |run: Option<usize>, pid: u32| {
+            self.shape.pids().contains(&pid)
+                && (self.shape == Shape::Own || !self.alive_pid(pid))
+                && run.is_none_or(|r| {
+                    self.runs[r]
+                        .writers
+                        .iter()
+                        .all(|&w| self.writers[w].pid != pid)
+                })
+        };
+        match *step {
+            Step::StartRun { dir, pid, .. } => dir < DIRS && pid_free(None, pid),
+            Step::StartWriter { run, pid, .. } => {
+                self.present(run)
+                    && self.runs[run]
+                        .writers
+                        .iter()
+                        .any(|&w| self.writers[w].alive)
+                    && pid_free(Some(run), pid)
+            }
+            Step::Write { writer } | Step::Exit { writer, .. } => {
+                self.writers.get(writer).is_some_and(|w| w.alive)
+            }
+            Step::MarkDead { writer } => self
+                .writers
+                .get(writer)
+                .is_some_and(|w| !w.alive && w.gauge && self.present(w.run)),
+            Step::StopRun { run, .. } => self.present(run),
+            Step::Advance { .. } | Step::ClockJump { .. } | Step::Ask(_) => true,
+        }
+    }
+
+    fn write(&mut self, writer: usize) {
+        let run = self.writers[writer].run;
+        self.runs[run].version += 1;
+    }
+
+    fn add_writer(&mut self, run: usize, pid: u32, busy: bool) {
+        // A process starts a while after the last event (a pid given again
+        // within the start times' precision is not told apart).
+        self.boot += START_GAP;
+        self.writers.push(Writer {
+            pid,
+            run,
+            alive: true,
+            busy,
+            gauge: true,
+            born: self.boot,
+            born_offset: self.wall_offset,
+            first_offset: None,
+        });
+        self.runs[run].writers.push(self.writers.len() - 1);
+        self.runs[run].version += 1;
+    }
+
+    fn exit(&mut self, writer: usize, kill: bool) {
+        self.writers[writer].alive = false;
+        if !kill {
+            self.mark_dead(writer);
+        }
+    }
+
+    fn mark_dead(&mut self, writer: usize) {
+        if std::mem::replace(&mut self.writers[writer].gauge, false) {
+            self.write(writer);
+        }
+    }
+
+    /// Time passes; busy writers write once.
+    fn advance(&mut self, secs: f64) {
+        self.boot += secs;
+        for w in 0..self.writers.len() {
+            if self.writers[w].alive && self.writers[w].busy && self.present(self.writers[w].run) {
+                self.write(w);
+            }
+        }
+    }
+
+    pub(super) fn apply(&mut self, step: &Step) {
+        self.expected = None;
+        match *step {
+            Step::StartRun { dir, pid, busy } => {
+                self.boot += START_GAP;
+                self.runs.push(Run {
+                    dir,
+                    name: self.next_run_name(),
+                    created_wall: self.boot + self.wall_offset,
+                    removed: false,
+                    version: 0,
+                    writers: Vec::new(),
+                });
+                self.add_writer(self.runs.len() - 1, pid, busy);
+            }
+            Step::StartWriter { run, pid, busy } => self.add_writer(run, pid, busy),
+            Step::Write { writer } => self.write(writer),
+            Step::Exit { writer, kill } => self.exit(writer, kill),
+            Step::MarkDead { writer } => self.mark_dead(writer),
+            Step::StopRun { run, clean } => {
+                for w in self.runs[run].writers.clone() {
+                    self.writers[w].alive = false;
+                }
+                self.runs[run].removed = clean;
+            }
+            Step::Advance { secs } => self.advance(f64::from(secs)),
+            Step::ClockJump { secs } => self.wall_offset += f64::from(secs),
+            Step::Ask(asker) => self.ask(asker),
+        }
+    }
+
+    /// What the exporter makes of `writer` (`confirmed`: pids seen, in
+    /// `auto`), given when it first saw its files. Starts are compared with
+    /// births in the boot clock, converted at first sight, so a wall clock
+    /// stepped forward between a birth and its first sight makes a writer
+    /// whose descriptors cannot be read look later than its file: unknown,
+    /// never dead (only the clocks say so); stepped backward, a later
+    /// process given a dead writer's pid is taken for it (a documented
+    /// limit). A dead writer whose pid a later process has is unknown where
+    /// descriptors cannot be read.
+    fn writer_state(&self, writer: usize, first_offset: f64, seen: &Seen) -> State {
+        let w = &self.writers[writer];
+        let confirmed = seen.confirmed;
+        if seen.dead.contains(&writer) {
+            return State::Dead;
+        }
+        match self.shape {
+            Shape::Own => State::Unknown,
+            Shape::SharedAuto if w.alive => State::Live,
+            Shape::SharedAuto if confirmed => State::Dead,
+            Shape::SharedAuto => State::Unknown,
+            Shape::SharedProc => {
+                // Its birth as converted at first sight: a step between the
+                // two moves it; a process of its pid that started no later
+                // is taken for its writer.
+                let born = w.born + (w.born_offset - first_offset);
+                let of_pid = self.writers.iter().filter(|p| p.alive && p.pid == w.pid);
+                if of_pid.clone().any(|p| p.born <= born + SLACK) {
+                    State::Live
+                } else if of_pid.count() > 0 {
+                    State::Unknown
+                } else {
+                    State::Dead
+                }
+            }
+        }
+    }
+
+    fn ask(&mut self, asker: Asker) {
+        let fresh = asker == Asker::Dump;
+        let mut first = BTreeMap::new();
+        for (i, w) in self.writers.iter_mut().enumerate() {
+            if !self.runs[w.run].removed {
+                let offset = if fresh {
+                    self.wall_offset
+                } else {
+                    *w.first_offset.get_or_insert(self.wall_offset)
+                };
+                first.insert(i, offset);
+            }
+        }
+        let mut runs_model = if fresh {
+            RunsModel::default()
+        } else {
+            std::mem::take(&mut self.shared)
+        };
+        let mut read = Vec::new();
+        for dir in 0..DIRS {
+            let (current, stale_dead) = self.survey(&mut runs_model, dir, &first);
+            read.extend(current);
+            if asker == Asker::Metrics && self.remove_stale {
+                for run in stale_dead {
+                    self.runs[run].removed = true;
+                }
+            }
+        }
+        if !fresh {
+            self.shared = runs_model;
+        }
+        // The collector's own evidence: a writer seen alive among the files
+        // it reads confirms that pids are seen (`auto`).
+        let read_writers: Vec<usize> = read
+            .iter()
+            .flat_map(|&r| self.runs[r].writers.clone())
+            .collect();
+        let kept = matches!(asker, Asker::Metrics | Asker::View);
+        let mut seen = if kept {
+            self.collectors.remove(&asker).unwrap_or_default()
+        } else {
+            Seen::default()
+        };
+        seen.confirmed = seen.confirmed
+            || self.shape == Shape::SharedProc
+            || read_writers.iter().any(|&w| {
+                let assumed = Seen {
+                    confirmed: true,
+                    ..Seen::default()
+                };
+                self.writer_state(w, first[&w], &assumed) == State::Live
+            });
+        let dropped_gauges: BTreeSet<usize> = read_writers
+            .into_iter()
+            .filter(|&w| self.writer_state(w, first[&w], &seen) == State::Dead)
+            .collect();
+        seen.dead.extend(dropped_gauges.iter().copied());
+        if kept {
+            self.collectors.insert(asker, seen);
+        }
+        self.expected = Some(Expected {
+            asker,
+            runs: read,
+            dropped_gauges,
+        });
+    }
+
+    /// One directory's survey: its current runs in name order, and its
+    /// stale runs that may be removed.
+    fn survey(
+        &mut self,
+        m: &mut RunsModel,
+        dir: usize,
+        first: &BTreeMap<usize, f64>,
+    ) -> (Vec<usize>, Vec<usize>) {
+        let found: Vec<usize> = (0..self.runs.len())
+            .filter(|&r| self.runs[r].dir == dir && !self.runs[r].removed)
+            .collect();
+        if found.is_empty() {
+            return (Vec::new(), Vec::new());
+        }
+        let writer_states = |model: &Self, r: usize, seen: &Seen| -> Vec<State> {
+            model.runs[r]
+                .writers
+                .iter()
+                .map(|&w| model.writer_state(w, first[&w], seen))
+                .collect()
+        };
+        let assumed = Seen {
+            confirmed: true,
+            ..Seen::default()
+        };
+        m.seen.confirmed |= self.shape == Shape::SharedProc
+            || found
+                .iter()
+                .any(|&r| writer_states(self, r, &assumed).contains(&State::Live));
+        let visible = m.seen.confirmed;
+        for &r in &found {
+            for (&w, state) in self.runs[r]
+                .writers
+                .iter()
+                .zip(writer_states(self, r, &m.seen))
+            {
+                if state == State::Dead {
+                    m.seen.dead.insert(w);
+                }
+            }
+        }
+        let first_looks: Vec<bool> = found.iter().map(|r| !m.looks.contains_key(r)).collect();
+        let states = |model: &Self, m: &mut RunsModel| -> Vec<State> {
+            found
+                .iter()
+                .map(|&r| {
+                    let ws = writer_states(model, r, &m.seen);
+                    if ws.contains(&State::Live) {
+                        return State::Live;
+                    }
+                    if visible && ws.iter().all(|s| *s == State::Dead) {
+                        return State::Dead;
+                    }
+                    let (now, version) = (model.boot, model.runs[r].version);
+                    let look = m.looks.entry(r).or_insert(Look {
+                        seen: version,
+                        checked: now,
+                        changed: None,
+                    });
+                    if now - look.checked >= CHECK - EPSILON {
+                        if look.seen != version {
+                            look.seen = version;
+                            look.changed = Some(now);
+                        }
+                        look.checked = now;
+                    }
+                    if look.changed.is_some_and(|at| now - at < WINDOW - EPSILON) {
+                        State::Changing
+                    } else {
+                        State::Unknown
+                    }
+                })
+                .collect()
+        };
+        let newest = |model: &Self, m: &RunsModel, states: &[State]| {
+            let any_live = states.contains(&State::Live);
+            let newest = (0..found.len())
+                .filter(|&i| {
+                    matches!(states[i], State::Live | State::Changing)
+                        || !m.superseded.contains(&found[i])
+                })
+                .max_by(|&a, &b| {
+                    let (ra, rb) = (&model.runs[found[a]], &model.runs[found[b]]);
+                    ra.created_wall
+                        .total_cmp(&rb.created_wall)
+                        .then_with(|| ra.name.cmp(&rb.name))
+                });
+            (any_live, newest)
+        };
+        let mut st = states(self, m);
+        let (any_live, newest_i) = newest(self, m, &st);
+        let second = !visible
+            && (0..found.len()).any(|i| {
+                first_looks[i] && st[i] == State::Unknown && (any_live || Some(i) != newest_i)
+            });
+        if second {
+            self.advance(SECOND_LOOK);
+            let now = self.boot;
+            for (i, &r) in found.iter().enumerate() {
+                if first_looks[i] {
+                    let version = self.runs[r].version;
+                    let look = m.looks.get_mut(&r).expect("looked at");
+                    if look.seen != version {
+                        look.seen = version;
+                        look.changed = Some(now);
+                    }
+                    look.checked = now;
+                }
+            }
+            st = states(self, m);
+        }
+        let (any_live, newest_i) = newest(self, m, &st);
+        let key = |model: &Self, r: usize| (model.runs[r].created_wall, model.runs[r].name.clone());
+        let newest_key = newest_i.map(|i| key(self, found[i]));
+        let (mut current, mut stale_dead) = (Vec::new(), Vec::new());
+        for (i, &r) in found.iter().enumerate() {
+            let is_current = match st[i] {
+                State::Live | State::Changing => {
+                    m.superseded.remove(&r);
+                    true
+                }
+                State::Dead | State::Unknown => !any_live && Some(i) == newest_i,
+            };
+            let (created, name) = key(self, r);
+            let newer = newest_key
+                .as_ref()
+                .is_some_and(|(c, n)| c.total_cmp(&created).then_with(|| n.cmp(&name)).is_gt());
+            if !is_current && matches!(st[i], State::Dead | State::Unknown) && newer {
+                m.superseded.insert(r);
+            }
+            if is_current {
+                current.push(r);
+            } else if st[i] == State::Dead
+                && self.runs[r]
+                    .writers
+                    .iter()
+                    .all(|&w| !self.alive_pid(self.writers[w].pid))
+            {
+                stale_dead.push(r);
+            }
+        }
+        current.sort_by(|&a, &b| self.runs[a].name.cmp(&self.runs[b].name));
+        (current, stale_dead)
+    }
+}
