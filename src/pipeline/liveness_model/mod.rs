@@ -14,7 +14,7 @@
 //! prometheus_client merge of the files the model ([`model`]) says are
 //! served; no counter goes down between two answers of a source; and no run
 //! is removed while a writer of it lives. `PROPTEST_CASES` sets the number
-//! of sequences (32 by default), `PROPTEST_RNG_SEED` replays the seed the
+//! of sequences (256 by default), `PROPTEST_RNG_SEED` replays the seed the
 //! test prints (see `docs/reliability.md`).
 
 mod model;
@@ -458,7 +458,7 @@ impl StateMachineTest for Liveness {
     }
 }
 
-/// `PROPTEST_CASES` cases (32 by default) from `PROPTEST_RNG_SEED`, or from
+/// `PROPTEST_CASES` cases (256 by default) from `PROPTEST_RNG_SEED`, or from
 /// a seed drawn now and printed.
 fn config() -> Config {
     static CONFIG: std::sync::OnceLock<Config> = std::sync::OnceLock::new();
@@ -467,7 +467,7 @@ fn config() -> Config {
 
 fn drawn_config() -> Config {
     let mut config = Config {
-        cases: 32,
+        cases: 256,
         failure_persistence: None,
         ..Config::default()
     };
