@@ -59,3 +59,42 @@ fn a_node_agent_in_a_pid_namespace_of_its_own_says_once_that_it_sees_no_process(
         writer.kill();
     }
 }
+
+/// Issue 53 (defect 8): the node agent without `hostPID` warned only when
+/// it was literally alone: under `sh -c`, tini or dumb-init (one more
+/// process in its namespace, its parent) there was no warning and
+/// `multiproc_exporter_discovery_processes_visible` said 1.
+#[test]
+fn a_node_agent_under_an_init_in_a_pid_namespace_of_its_own_still_says_it_sees_no_process() {
+    if !privileged() || !Shape::each().contains(&Shape::OwnPidNamespace) {
+        return;
+    }
+    let _beside = super::beside_others();
+    let work = tempfile::tempdir().unwrap();
+    let pods = work.path().join("no-pod-logs");
+    // `sh` stays pid 1 of the namespace, the exporter its child (pid 2);
+    // `sh` passes on the SIGHUP that flushes the exporter's logs.
+    let init = r#""$@" & child=$!; trap 'kill -HUP $child' HUP; while kill -0 $child 2>/dev/null; do wait $child; done"#;
+    let mut launch = Shape::OwnPidNamespace.launch(crate::support::Launch::default());
+    launch
+        .wrapper
+        .extend(["sh", "-c", init, "sh"].map(std::ffi::OsString::from));
+    let exporter = crate::support::Exporter::launch(
+        &[
+            "--discover.processes",
+            "--discover.pod-log-dir",
+            pods.to_str().unwrap(),
+        ],
+        &launch,
+    );
+    for _ in 0..3 {
+        let text = exporter.metrics();
+        assert_eq!(
+            sample_value(&text, "multiproc_exporter_discovery_processes_visible"),
+            Some(0.0),
+            "{text}"
+        );
+    }
+    exporter.sync_logs();
+    assert_eq!(exporter.logs_with(ALONE).len(), 1, "{:#?}", exporter.logs());
+}
