@@ -563,3 +563,39 @@ fn a_wall_clock_step_before_the_first_look_never_freezes_a_live_writer() {
         Ask(Asker::Metrics),
     ]);
 }
+
+/// Issue 53 (defect 6), as the generator found it with the fix reverted:
+/// a configured view kept its own record of the runs, so it did not know
+/// that the crashed run had been superseded, and served it once the newer
+/// run was removed by a clean stop.
+#[test]
+#[rustfmt::skip]
+fn a_view_shares_what_metrics_knows_of_the_runs() {
+    use Step::*;
+    replay(Shape::Own, true, &[
+        StartRun { dir: 1, pid: 1, busy: false },
+        StopRun { run: 0, clean: false },
+        StartRun { dir: 1, pid: 1, busy: false },
+        Ask(Asker::Metrics),
+        StopRun { run: 1, clean: true },
+        Ask(Asker::View),
+    ]);
+}
+
+/// Issue 53 (defect 6), as the generator found it with the fix reverted: a
+/// new `?name[]=` set started blind and left out the crashed run that
+/// `/metrics` still served (the only run, its writer unseen).
+#[test]
+#[rustfmt::skip]
+fn a_new_name_set_shares_what_metrics_knows_of_the_runs() {
+    use Step::*;
+    replay(Shape::Own, true, &[
+        StartRun { dir: 1, pid: 1, busy: false },
+        StopRun { run: 0, clean: false },
+        Ask(Asker::Metrics),
+        StartRun { dir: 1, pid: 1, busy: false },
+        MarkDead { writer: 0 },
+        Advance { secs: 2 },
+        Ask(Asker::NameSet),
+    ]);
+}
