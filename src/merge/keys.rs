@@ -52,6 +52,9 @@ pub struct KeyStore {
     /// Bytes of raw keys, strings, label pairs and output label pairs held,
     /// for [`KeyStore::approx_bytes`].
     content_bytes: usize,
+    /// What merging every key stored so far adds to the store, about (each
+    /// key's output labels), summed: see [`KeyStore::merge_reserve`].
+    merge_reserve: usize,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -84,6 +87,7 @@ impl KeyStore {
             split_le: FxHashMap::default(),
             with_le: FxHashMap::default(),
             output_labels: Vec::new(),
+            merge_reserve: 0,
             pid: 0,
             le: 0,
             content_bytes: 0,
@@ -139,6 +143,12 @@ impl KeyStore {
             .iter()
             .map(|(n, v)| (self.string(n), self.string(v)))
             .collect();
+        // Its output labels, built by its first merge (the slot counted
+        // twice: the vector of them doubles).
+        self.merge_reserve += pairs.len() * LABEL_PAIR
+            + ARC_HEADER
+            + ALLOCATION_OVERHEAD
+            + 2 * std::mem::size_of::<Option<Labels>>();
         let labels = self.tuple(pairs);
         let id = self.keys.len() as KeyId;
         self.keys.push(KeyInfo {
@@ -179,6 +189,43 @@ impl KeyStore {
             + table(&self.split_le)
             + table(&self.with_le)
             + self.output_labels.capacity() * std::mem::size_of::<Option<Labels>>()
+    }
+
+    /// About what merging every key stored so far adds to
+    /// [`Self::approx_bytes`], summed from the first key on: what merging
+    /// the keys stored since a merge adds is the difference of two readings.
+    /// The memory budget reserves it while reading, so that what is charged
+    /// after the merge stays within the budget.
+    pub fn merge_reserve(&self) -> usize {
+        self.merge_reserve
+    }
+
+    /// What the next key stored could add to [`Self::approx_bytes`] at
+    /// most, besides its own bytes: the vectors and tables that are full
+    /// double. The memory budget checks it before a key is interned.
+    pub fn growth_bytes(&self) -> usize {
+        fn vec<T>(v: &Vec<T>) -> usize {
+            if v.len() == v.capacity() {
+                v.capacity().max(4) * std::mem::size_of::<T>()
+            } else {
+                0
+            }
+        }
+        fn ids<T>(table: &HashTable<T>) -> usize {
+            if table.len() == table.capacity() {
+                // Buckets are a power of two above 8/7 of the capacity.
+                (table.capacity().max(4) * 2) * (std::mem::size_of::<T>() + 1)
+            } else {
+                0
+            }
+        }
+        vec(&self.raw_hashes)
+            + vec(&self.keys)
+            + vec(&self.strings)
+            + vec(&self.tuples)
+            + ids(&self.raw)
+            + ids(&self.string_ids)
+            + ids(&self.tuple_ids)
     }
 
     /// Number of distinct keys decoded so far.

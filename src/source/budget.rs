@@ -117,6 +117,21 @@ impl MemoryBudget {
         }
     }
 
+    /// Bytes not held by any reader, within this budget and every budget it
+    /// is a share of (the smallest): what a reader could still take.
+    pub fn free(&self) -> usize {
+        let here = self.limit().saturating_sub(self.held());
+        self.parent.as_ref().map_or(here, |parent| here.min(parent.free()))
+    }
+
+    /// The most the reader of this budget (a share's one reader) could
+    /// hold: what it holds plus [`Self::free`]. What it holds does not
+    /// change it; an allowance that grows or another reader letting go of
+    /// its charge does.
+    pub fn room(&self) -> usize {
+        self.free().saturating_add(self.held())
+    }
+
     /// Whether a reader that has charged `own` so far may hold `own_now`
     /// bytes: what the other readers hold plus `own_now` is within the limit
     /// (and within the parent's, for a share).
