@@ -249,7 +249,7 @@ impl Reader {
     /// the reader's allowance).
     pub fn recharge(&mut self, store: &KeyStore) {
         if let Some(budget) = &self.budget {
-            let now = store.approx_bytes()
+            let now = records_bytes(store)
                 + self
                     .files
                     .values()
@@ -442,6 +442,10 @@ impl Reader {
             }
         }
         self.over_budget.retain(|_, o| o.collection == collection);
+        // The window read into is not kept between collections (a window
+        // of a file that grew could hold a megabyte a part for nothing, and
+        // a first page each reader outside the budget).
+        self.buffer = Vec::new();
         self.recharge(store);
         // The files read, by listing index.
         let mut read: Vec<Option<(usize, PathBuf)>> = Vec::with_capacity(paths.len());
@@ -931,6 +935,16 @@ const NEXT_KEY_BYTES: usize = 256;
 /// the reader, and its share of the merge plan.
 const RECORD_BYTES: usize = 4 + 4 + 16 + PLAN_BYTES_PER_RECORD;
 
+/// What `store` holds for the records read: its estimate less an empty
+/// store's (a source's fixed cost, like the reader itself, is not charged:
+/// a budget smaller than the sources' fixed costs would be passed before
+/// anything is read).
+fn records_bytes(store: &KeyStore) -> usize {
+    static EMPTY: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let empty = *EMPTY.get_or_init(|| KeyStore::new().approx_bytes());
+    store.approx_bytes().saturating_sub(empty)
+}
+
 /// Whether a reader that charged `charged` to `budget` may hold `held`
 /// bytes besides what `store` holds.
 fn within_budget(
@@ -939,7 +953,7 @@ fn within_budget(
     store: &KeyStore,
     held: usize,
 ) -> bool {
-    budget.is_none_or(|b| b.allows(charged, store.approx_bytes() + held))
+    budget.is_none_or(|b| b.allows(charged, records_bytes(store) + held))
 }
 
 /// Reads `len` bytes of `file` from `offset` into `buffer` (replacing its
@@ -952,8 +966,9 @@ fn read_window(
     len: usize,
 ) -> Result<usize, SkipReason> {
     buffer.clear();
+    // Exactly: the budget counts the window, not an amortized doubling.
     buffer
-        .try_reserve(len)
+        .try_reserve_exact(len)
         .map_err(|_| SkipReason::OutOfMemory { bytes: len })?;
     buffer.resize(len, 0);
     let got = read_fully_at(file, buffer, offset as u64).map_err(io_reason)?;
