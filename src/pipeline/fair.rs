@@ -59,7 +59,7 @@ pub type Pin = Arc<dyn std::any::Any + Send + Sync>;
 /// file costs once read (its key decoded and interned, its record's value,
 /// offset and share of the merge plan): what a part cut for the budget is
 /// estimated to need for the files it skipped.
-pub(crate) const CHARGE_PER_BYTE_IN_USE: usize = 2;
+pub(crate) const CHARGE_PER_BYTE_IN_USE: usize = 4;
 
 /// Beyond this many queued rechecks, every file is rechecked instead.
 const MAX_PENDING_RECHECKS: usize = 4096;

@@ -755,7 +755,8 @@ impl Reader {
             }
             let data = &self.buffer[..window.1];
             let scanned = scan_window(data, window.0, pos, used, &mut locations);
-            for location in locations.drain(..) {
+            let in_window = locations.len();
+            for (n, location) in locations.drain(..).enumerate() {
                 let key_at = location.key_offset - window.0;
                 let raw = &data[key_at..key_at + location.key_len];
                 // Before a key that may be new is interned (the first record,
@@ -766,11 +767,13 @@ impl Reader {
                 if self.budget.is_some() && store.len() != checked_keys {
                     checked_keys = store.len();
                     let unmerged = store.merge_reserve().saturating_sub(self.merged_reserve);
-                    let held = (new_keys.len() + 1) * RECORD_BYTES
+                    // Every record left in the window is held too, new key
+                    // or not.
+                    let held = (new_keys.len() + in_window - n) * RECORD_BYTES
                         + window.1
                         + unmerged
                         + NEXT_KEY_BYTES
-                        + raw.len() * 2
+                        + raw.len() * 3
                         + store.growth_bytes();
                     if !within_budget(
                         self.budget.as_deref(),
@@ -927,9 +930,11 @@ const READ_CHUNK: usize = 1 << 20;
 /// Estimated bytes of the merge plan per record.
 const PLAN_BYTES_PER_RECORD: usize = 24;
 
-/// What a key interned next may cost besides its raw bytes and the
-/// store's growth: its output labels and tables' entries.
-const NEXT_KEY_BYTES: usize = 256;
+/// What a key interned next may cost besides its raw bytes (counted
+/// three times: its strings, its label pairs, its output labels) and the
+/// store's growth: the strings' and tuples' headers, the tables' entries,
+/// and the overhead of the file it is in, not counted until it is read.
+const NEXT_KEY_BYTES: usize = 1024;
 
 /// Estimated bytes held per record: its key id, value offset and value in
 /// the reader, and its share of the merge plan.
