@@ -24,6 +24,12 @@ const ARC_HEADER: usize = 16;
 /// One output label: two `Arc<str>`.
 const LABEL_PAIR: usize = 32;
 
+/// What the output labels of a label set of `pairs` pairs add to the
+/// store's estimate (its slot counted twice: the vector of them doubles).
+fn output_labels_bytes(pairs: usize) -> usize {
+    pairs * LABEL_PAIR + ARC_HEADER + ALLOCATION_OVERHEAD + 2 * std::mem::size_of::<Option<Labels>>()
+}
+
 /// Decoded, interned record keys shared by every file and kept across scrapes.
 ///
 /// Sized for high cardinality: a raw key is remembered by its 128-bit XXH3
@@ -52,9 +58,11 @@ pub struct KeyStore {
     /// Bytes of raw keys, strings, label pairs and output label pairs held,
     /// for [`KeyStore::approx_bytes`].
     content_bytes: usize,
-    /// What merging every key stored so far adds to the store, about (each
-    /// key's output labels), summed: see [`KeyStore::merge_reserve`].
+    /// What building the output labels of every label set stored for a key
+    /// adds to the store, summed; and what those built so far added: see
+    /// [`KeyStore::merge_reserve`].
     merge_reserve: usize,
+    merge_realized: usize,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -88,6 +96,7 @@ impl KeyStore {
             with_le: FxHashMap::default(),
             output_labels: Vec::new(),
             merge_reserve: 0,
+            merge_realized: 0,
             pid: 0,
             le: 0,
             content_bytes: 0,
@@ -143,13 +152,12 @@ impl KeyStore {
             .iter()
             .map(|(n, v)| (self.string(n), self.string(v)))
             .collect();
-        // Its output labels, built by its first merge (the slot counted
-        // twice: the vector of them doubles).
-        self.merge_reserve += pairs.len() * LABEL_PAIR
-            + ARC_HEADER
-            + ALLOCATION_OVERHEAD
-            + 2 * std::mem::size_of::<Option<Labels>>();
+        let new_labels = self.tuples.len();
         let labels = self.tuple(pairs);
+        if labels as usize == new_labels {
+            // Its output labels, built by the first merge that serves it.
+            self.merge_reserve += output_labels_bytes(self.tuples[new_labels].len());
+        }
         let id = self.keys.len() as KeyId;
         self.keys.push(KeyInfo {
             family,
@@ -191,13 +199,13 @@ impl KeyStore {
             + self.output_labels.capacity() * std::mem::size_of::<Option<Labels>>()
     }
 
-    /// About what merging every key stored so far adds to
-    /// [`Self::approx_bytes`], summed from the first key on: what merging
-    /// the keys stored since a merge adds is the difference of two readings.
+    /// About what the merges to come add to [`Self::approx_bytes`] for the
+    /// keys stored so far: the output labels of their label sets not built
+    /// yet (keys of files left out are never merged: theirs stay reserved).
     /// The memory budget reserves it while reading, so that what is charged
     /// after the merge stays within the budget.
     pub fn merge_reserve(&self) -> usize {
-        self.merge_reserve
+        self.merge_reserve.saturating_sub(self.merge_realized)
     }
 
     /// What the next key stored could add to [`Self::approx_bytes`] at
@@ -355,6 +363,7 @@ impl KeyStore {
         }));
         self.content_bytes +=
             self.tuples[index].len() * LABEL_PAIR + ARC_HEADER + ALLOCATION_OVERHEAD;
+        self.merge_realized += output_labels_bytes(self.tuples[index].len());
         if self.output_labels.len() <= index {
             self.output_labels.resize(index + 1, None);
         }

@@ -144,11 +144,6 @@ pub struct Reader {
     room_at_start: usize,
     /// What it charged when the current collection started.
     charged_at_start: usize,
-    /// The store's [`KeyStore::merge_reserve`] at the last
-    /// [`Self::recharge`]: the keys interned since are still to be merged,
-    /// and their merge will grow the store by about the difference
-    /// (reserved while reading).
-    merged_reserve: usize,
     /// Collections made so far.
     collections: u64,
     /// With a view: only the records of the families it keeps are read.
@@ -222,7 +217,6 @@ impl Reader {
         self.frozen_bytes = 0;
         self.frozen_epoch += 1;
         self.over_budget.clear();
-        self.merged_reserve = 0;
         self.files_bytes = 0;
         self.buffer = Vec::new();
     }
@@ -260,7 +254,6 @@ impl Reader {
             budget.update(self.charged, now);
             self.charged = now;
         }
-        self.merged_reserve = store.merge_reserve();
     }
 
     /// Makes the next collection check `path` with a `stat` before trusting
@@ -730,7 +723,7 @@ impl Reader {
                 // The merge of the keys interned since the last one grows
                 // the store: reserved now, so that what is charged after
                 // the merge stays within the budget.
-                let unmerged = store.merge_reserve().saturating_sub(self.merged_reserve);
+                let unmerged = store.merge_reserve();
                 let held = new_keys.len() * RECORD_BYTES + len + unmerged;
                 if !within_budget(
                     self.budget.as_deref(),
@@ -766,7 +759,7 @@ impl Reader {
                 // budget by the cost of a whole window).
                 if self.budget.is_some() && store.len() != checked_keys {
                     checked_keys = store.len();
-                    let unmerged = store.merge_reserve().saturating_sub(self.merged_reserve);
+                    let unmerged = store.merge_reserve();
                     // Every record left in the window is held too, new key
                     // or not.
                     let held = (new_keys.len() + in_window - n) * RECORD_BYTES
