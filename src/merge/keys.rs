@@ -27,7 +27,10 @@ const LABEL_PAIR: usize = 32;
 /// What the output labels of a label set of `pairs` pairs add to the
 /// store's estimate (its slot counted twice: the vector of them doubles).
 fn output_labels_bytes(pairs: usize) -> usize {
-    pairs * LABEL_PAIR + ARC_HEADER + ALLOCATION_OVERHEAD + 2 * std::mem::size_of::<Option<Labels>>()
+    pairs * LABEL_PAIR
+        + ARC_HEADER
+        + ALLOCATION_OVERHEAD
+        + 2 * std::mem::size_of::<Option<Labels>>()
 }
 
 /// Decoded, interned record keys shared by every file and kept across scrapes.

@@ -147,9 +147,16 @@ impl ReferenceStateMachine for Model {
     }
 
     fn transitions(state: &Model) -> BoxedStrategy<Step> {
-        let parts = if state.shape == Shape::Parts { PARTS } else { 1 };
-        let write = (0..parts, 0..WRITERS, file())
-            .prop_map(|(part, pid, file)| Step::Write { part, pid, file });
+        let parts = if state.shape == Shape::Parts {
+            PARTS
+        } else {
+            1
+        };
+        let write = (0..parts, 0..WRITERS, file()).prop_map(|(part, pid, file)| Step::Write {
+            part,
+            pid,
+            file,
+        });
         let remove = (0..parts, 0..WRITERS).prop_map(|(part, pid)| Step::Remove { part, pid });
         match state.shape {
             Shape::Parts => prop_oneof![
@@ -377,7 +384,9 @@ impl Real {
         let mut expected = Samples::new();
         for (&part, files) in &model.parts {
             let label = format!("p{part}");
-            expected.extend(model_samples(&root, part, files, &label, &skipped, &|_| true));
+            expected.extend(model_samples(&root, part, files, &label, &skipped, &|_| {
+                true
+            }));
         }
         assert_eq!(served, expected, "served != model over the files read");
         let floor = self.limit / model.parts.len().max(1);
@@ -552,7 +561,10 @@ impl StateMachineTest for Real {
             // but `/metrics`'s) hold at most theirs.
             let views = held - real.main.charged();
             let share = real.limit / 100 * VIEWS_BUDGET_PERCENT;
-            assert!(views <= share, "the views hold {views}, over their share {share}");
+            assert!(
+                views <= share,
+                "the views hold {views}, over their share {share}"
+            );
         }
     }
 }
@@ -595,5 +607,3 @@ prop_state_machine! {
     #[test]
     fn budget_model(sequential 1..24 => Real);
 }
-
-

@@ -314,7 +314,6 @@ impl Slot {
         self.shared.budget.as_ref().map_or(usize::MAX, |b| b.room())
     }
 
-
     /// What the part needed of the memory budget at its last read (what
     /// it held; `usize::MAX` when it was cut), `None` before its first.
     pub(crate) fn need(&self) -> Option<usize> {

@@ -30,6 +30,11 @@
 //!   shared collection of `/metrics`, as before the views existed, so
 //!   clients rotating more sets than are kept never make a poll a fresh
 //!   read of the whole directory.
+//! * **`/metrics`'s share.** Every view's and set's source reads within
+//!   one share of the memory budget, [`VIEWS_BUDGET_PERCENT`] of it for all
+//!   of them together; the rest is `/metrics`'s, which they cannot take
+//!   whatever was polled first (issue 53: configured views, never evicted,
+//!   left `/metrics` short).
 //! * **The budget given back.** A source's reader gives back what it
 //!   charged to the memory budget when it is dropped (`Drop` for
 //!   [`crate::source::Reader`]): evicted, reloaded, rebuilt after a panic.

@@ -620,9 +620,11 @@ impl Reader {
         let born = birth(&meta);
         let identity = (meta.dev(), meta.ino(), used);
         let (room, charged) = (self.room_at_start, self.charged_at_start);
-        if self.over_budget.get(path.as_os_str()).is_some_and(|o| {
-            o.identity == identity && room <= o.room && charged >= o.charged
-        }) {
+        if self
+            .over_budget
+            .get(path.as_os_str())
+            .is_some_and(|o| o.identity == identity && room <= o.room && charged >= o.charged)
+        {
             // Skipped for the budget, unchanged since, and the budget has no
             // more room than then: not read again.
             if let Some(over) = self.over_budget.get_mut(path.as_os_str()) {

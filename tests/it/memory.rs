@@ -503,7 +503,11 @@ fn configured_views_can_starve_metrics() {
         let served = exporter.metrics();
         let skipped = served
             .lines()
-            .find(|l| l.starts_with("multiproc_exporter_scrape_files_skipped{reason=\"over_memory_budget\"}"))
+            .find(|l| {
+                l.starts_with(
+                    "multiproc_exporter_scrape_files_skipped{reason=\"over_memory_budget\"}",
+                )
+            })
             .and_then(|l| l.rsplit(' ').next())
             .map_or(0.0, |v| v.parse::<f64>().unwrap());
         let merged: String = served

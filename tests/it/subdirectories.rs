@@ -464,7 +464,10 @@ fn a_small_pod_is_cut_below_its_floor_and_stays_cut() {
                 "multiproc_exporter_scrape_files_skipped{reason=\"over_memory_budget\"}",
             )
             .unwrap_or(0.0);
-            assert!(skipped <= big_skipped_at_most, "{budget} {when}: {skipped} skipped");
+            assert!(
+                skipped <= big_skipped_at_most,
+                "{budget} {when}: {skipped} skipped"
+            );
             let small = |text: &str| -> Vec<String> {
                 text.lines()
                     .filter(|l| !l.contains("multiproc_exporter_") && !l.contains("process_"))
@@ -478,9 +481,16 @@ fn a_small_pod_is_cut_below_its_floor_and_stays_cut() {
                 .filter(|l| l.starts_with("big_requests_total{"))
                 .collect();
             let read = 4.0 - skipped;
-            assert_eq!(big.len(), if read > 0.0 { 5000 } else { 0 }, "{budget} {when}");
+            assert_eq!(
+                big.len(),
+                if read > 0.0 { 5000 } else { 0 },
+                "{budget} {when}"
+            );
             for line in big {
-                assert!(line.ends_with(&format!(" {read:.1}")), "{budget} {when}: {line}");
+                assert!(
+                    line.ends_with(&format!(" {read:.1}")),
+                    "{budget} {when}: {line}"
+                );
             }
         };
         let expected = reference(&python, &parent, "app");

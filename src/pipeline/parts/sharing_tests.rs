@@ -289,19 +289,35 @@ fn scratch_issue_setup() {
         std::fs::create_dir_all(root.join(pod)).unwrap();
         for e in std::fs::read_dir(Path::new("/tmp/i53b/p").join(pod)).unwrap() {
             let e = e.unwrap();
-            let keep = pod != "s1" || std::fs::metadata(e.path()).unwrap().len() < 20000 || std::env::var("GROWN").is_ok();
+            let keep = pod != "s1"
+                || std::fs::metadata(e.path()).unwrap().len() < 20000
+                || std::env::var("GROWN").is_ok();
             if keep {
                 std::fs::copy(e.path(), root.join(pod).join(e.file_name())).unwrap();
             }
         }
     }
-    let specs = || ["big", "s1", "s2", "s3"].map(|p| spec(p, &root.join(p), p)).to_vec();
-    let (budget, mut readers) = within(2560 << 10);
-    let show = |readers: &PartReaders<String>, out: &PartsCollection<String>, budget: &MemoryBudget| {
-        let slots: Vec<_> = readers.readers.iter().map(|(k, s)| (k.clone(), s.need(), s.room(), s.share_held())).collect();
-        let skipped: Vec<_> = out.collection.problems.iter().map(|p| p.path.display().to_string()).collect();
-        eprintln!("held {} {slots:?} skipped {skipped:?}", budget.held());
+    let specs = || {
+        ["big", "s1", "s2", "s3"]
+            .map(|p| spec(p, &root.join(p), p))
+            .to_vec()
     };
+    let (budget, mut readers) = within(2560 << 10);
+    let show =
+        |readers: &PartReaders<String>, out: &PartsCollection<String>, budget: &MemoryBudget| {
+            let slots: Vec<_> = readers
+                .readers
+                .iter()
+                .map(|(k, s)| (k.clone(), s.need(), s.room(), s.share_held()))
+                .collect();
+            let skipped: Vec<_> = out
+                .collection
+                .problems
+                .iter()
+                .map(|p| p.path.display().to_string())
+                .collect();
+            eprintln!("held {} {slots:?} skipped {skipped:?}", budget.held());
+        };
     for _ in 0..2 {
         let out = readers.collect(specs());
         show(&readers, &out, &budget);
