@@ -343,6 +343,22 @@ for i in range(int(sys.argv[1])):
     c.labels('/p/%d' % i).inc()
 "#;
 
+/// `writers` processes writing `series` series of `<pod>_requests` each in
+/// `parent/<pod>`.
+fn write_many(python: &Path, parent: &Path, pod: &str, writers: usize, series: &str) {
+    let dir = parent.join(pod);
+    std::fs::create_dir_all(&dir).unwrap();
+    let name = format!("{pod}_requests");
+    for _ in 0..writers {
+        run_python(
+            python,
+            MANY_SERIES,
+            &[series, &name],
+            &[("PROMETHEUS_MULTIPROC_DIR", dir.to_str().unwrap())],
+        );
+    }
+}
+
 /// Issue 47: `p/big` (4 writers x 5,000 series) beside four tiny pods,
 /// under `--memory.budget 8MiB`: its equal share (a fifth) was a cap, so two
 /// of its files were skipped (`big_requests_total{app="big",path="/p/0"}
@@ -359,17 +375,7 @@ fn a_pod_bigger_than_its_share_is_read_whole_while_the_budget_has_room() {
         ("t3", 1, "1"),
         ("t4", 1, "1"),
     ] {
-        let dir = parent.join(pod);
-        std::fs::create_dir_all(&dir).unwrap();
-        let name = format!("{pod}_requests");
-        for _ in 0..writers {
-            run_python(
-                &python,
-                MANY_SERIES,
-                &[series, &name],
-                &[("PROMETHEUS_MULTIPROC_DIR", dir.to_str().unwrap())],
-            );
-        }
+        write_many(&python, &parent, pod, writers, series);
     }
     let expected = reference(&python, &parent, "app");
     assert!(expected.contains("big_requests_total{app=\"big\",path=\"/p/0\"} 4.0\n"));
@@ -427,17 +433,7 @@ fn a_small_pod_is_cut_below_its_floor_and_stays_cut() {
     let tmp = tempfile::tempdir().unwrap();
     let parent = tmp.path().join("p");
     let write = |pod: &str, writers: usize, series: &str| {
-        let dir = parent.join(pod);
-        std::fs::create_dir_all(&dir).unwrap();
-        let name = format!("{pod}_requests");
-        for _ in 0..writers {
-            run_python(
-                &python,
-                MANY_SERIES,
-                &[series, &name],
-                &[("PROMETHEUS_MULTIPROC_DIR", dir.to_str().unwrap())],
-            );
-        }
+        write_many(&python, &parent, pod, writers, series);
     };
     write("big", 4, "5000");
     for pod in ["s2", "s3"] {
