@@ -24,6 +24,15 @@ const ARC_HEADER: usize = 16;
 /// One output label: two `Arc<str>`.
 const LABEL_PAIR: usize = 32;
 
+/// What the output labels of a label set of `pairs` pairs add to the
+/// store's estimate (its slot counted twice: the vector of them doubles).
+fn output_labels_bytes(pairs: usize) -> usize {
+    pairs * LABEL_PAIR
+        + ARC_HEADER
+        + ALLOCATION_OVERHEAD
+        + 2 * std::mem::size_of::<Option<Labels>>()
+}
+
 /// Decoded, interned record keys shared by every file and kept across scrapes.
 ///
 /// Sized for high cardinality: a raw key is remembered by its 128-bit XXH3
@@ -52,6 +61,11 @@ pub struct KeyStore {
     /// Bytes of raw keys, strings, label pairs and output label pairs held,
     /// for [`KeyStore::approx_bytes`].
     content_bytes: usize,
+    /// What building the output labels of every label set stored for a key
+    /// adds to the store, summed; and what those built so far added: see
+    /// [`KeyStore::merge_reserve`].
+    merge_reserve: usize,
+    merge_realized: usize,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -84,6 +98,8 @@ impl KeyStore {
             split_le: FxHashMap::default(),
             with_le: FxHashMap::default(),
             output_labels: Vec::new(),
+            merge_reserve: 0,
+            merge_realized: 0,
             pid: 0,
             le: 0,
             content_bytes: 0,
@@ -139,7 +155,12 @@ impl KeyStore {
             .iter()
             .map(|(n, v)| (self.string(n), self.string(v)))
             .collect();
+        let new_labels = self.tuples.len();
         let labels = self.tuple(pairs);
+        if labels as usize == new_labels {
+            // Its output labels, built by the first merge that serves it.
+            self.merge_reserve += output_labels_bytes(self.tuples[new_labels].len());
+        }
         let id = self.keys.len() as KeyId;
         self.keys.push(KeyInfo {
             family,
@@ -179,6 +200,43 @@ impl KeyStore {
             + table(&self.split_le)
             + table(&self.with_le)
             + self.output_labels.capacity() * std::mem::size_of::<Option<Labels>>()
+    }
+
+    /// About what the merges to come add to [`Self::approx_bytes`] for the
+    /// keys stored so far: the output labels of their label sets not built
+    /// yet (keys of files left out are never merged: theirs stay reserved).
+    /// The memory budget reserves it while reading, so that what is charged
+    /// after the merge stays within the budget.
+    pub fn merge_reserve(&self) -> usize {
+        self.merge_reserve.saturating_sub(self.merge_realized)
+    }
+
+    /// What the next key stored could add to [`Self::approx_bytes`] at
+    /// most, besides its own bytes: the vectors and tables that are full
+    /// double. The memory budget checks it before a key is interned.
+    pub fn growth_bytes(&self) -> usize {
+        fn vec<T>(v: &Vec<T>) -> usize {
+            if v.len() == v.capacity() {
+                v.capacity().max(4) * std::mem::size_of::<T>()
+            } else {
+                0
+            }
+        }
+        fn ids<T>(table: &HashTable<T>) -> usize {
+            if table.len() == table.capacity() {
+                // Buckets are a power of two above 8/7 of the capacity.
+                (table.capacity().max(4) * 2) * (std::mem::size_of::<T>() + 1)
+            } else {
+                0
+            }
+        }
+        vec(&self.raw_hashes)
+            + vec(&self.keys)
+            + vec(&self.strings)
+            + vec(&self.tuples)
+            + ids(&self.raw)
+            + ids(&self.string_ids)
+            + ids(&self.tuple_ids)
     }
 
     /// Number of distinct keys decoded so far.
@@ -308,6 +366,7 @@ impl KeyStore {
         }));
         self.content_bytes +=
             self.tuples[index].len() * LABEL_PAIR + ARC_HEADER + ALLOCATION_OVERHEAD;
+        self.merge_realized += output_labels_bytes(self.tuples[index].len());
         if self.output_labels.len() <= index {
             self.output_labels.resize(index + 1, None);
         }

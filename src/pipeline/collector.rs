@@ -358,6 +358,9 @@ impl Collector {
         let read_stats = read.stats;
         // Step 5: what the next collection starts from.
         self.settle(freeze, thaw, compactable, &mut compaction);
+        // The merge grew the key store (plans, output labels): charged now,
+        // not at the next read.
+        self.reader.recharge(&self.merging.store);
         writers.compaction = compaction;
         self.trim = read_stats.files_forgotten > 0 || merged.replanned;
         let stats = CollectStats {

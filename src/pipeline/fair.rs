@@ -55,6 +55,12 @@ use crate::transform::config::PerWriter as PerWriterConfig;
 /// directory's descriptor: `PartSpec::pins` of `pipeline::parts`).
 pub type Pin = Arc<dyn std::any::Any + Send + Sync>;
 
+/// About how many bytes of the memory budget one byte in use of a metric
+/// file costs once read (its key decoded and interned, its record's value,
+/// offset and share of the merge plan): what a part cut for the budget is
+/// estimated to need for the files it skipped.
+pub(crate) const CHARGE_PER_BYTE_IN_USE: usize = 4;
+
 /// Beyond this many queued rechecks, every file is rechecked instead.
 const MAX_PENDING_RECHECKS: usize = 4096;
 
@@ -98,15 +104,14 @@ pub(crate) struct Slot {
     /// The families last collected (what a late collection serves).
     last: Option<Last>,
     /// What the part needed of the memory budget at its last read: what
-    /// it held, `usize::MAX` when files were skipped for the budget
-    /// (more than it got); `None` before its first read.
+    /// it held, or, when files were skipped for the budget, that plus an
+    /// estimate of what they would cost ([`Cut::needed`]); `None` before its
+    /// first read.
     need: Option<usize>,
     /// How its last read went against its allowance, if it was cut.
     cut: Option<Cut>,
     /// The cut last logged ([`Slot::cut_changed`]).
     cut_logged: Option<(usize, usize)>,
-    /// Its allowance when it was last read.
-    granted: usize,
     /// Its last collection listed more files than the cap allows: its
     /// next job lists its directories before reading them.
     over_files: bool,
@@ -135,8 +140,9 @@ pub(crate) struct Cut {
     pub(crate) granted: usize,
     /// What it held after the read.
     pub(crate) held: usize,
-    /// About what it needed: what it held plus the bytes in use of the
-    /// files skipped for the budget.
+    /// About what it needed: what it held plus what the files skipped for
+    /// the budget would cost ([`CHARGE_PER_BYTE_IN_USE`] times their bytes
+    /// in use).
     pub(crate) needed: usize,
     /// Files skipped for the budget.
     pub(crate) files: usize,
@@ -145,8 +151,6 @@ pub(crate) struct Cut {
 /// What a read left charged to the part's share of the memory budget.
 #[derive(Debug, Clone, Copy, Default)]
 struct Charge {
-    /// Its allowance when it was read.
-    granted: usize,
     /// What it held after the read.
     held: usize,
     /// Files were skipped for the budget.
@@ -259,7 +263,6 @@ impl Slot {
             need: None,
             cut: None,
             cut_logged: None,
-            granted: 0,
             over_files: false,
             read_once: false,
             workers_started: 0,
@@ -267,13 +270,12 @@ impl Slot {
     }
 
     /// Sets the part's allowance of the memory budget (the limit of its
-    /// share). Unless a job is running, a part allowed less than at its
-    /// last read and holding more than its new allowance lets go of
-    /// everything it holds, and its next job reads anew within it; so does a
-    /// part that was cut and is now allowed more (the files it skipped are
-    /// read again). A part whose allowance did not change keeps what it
-    /// holds (what the reader charges grows a little after a first read:
-    /// reading it anew each time would only flip-flop).
+    /// share). Unless a job is running, a part holding more than its new
+    /// allowance lets go of everything it holds, and its next job reads
+    /// anew within it; so does a part that was cut and is now allowed more
+    /// (the files it skipped are read again). What a part holds is what its
+    /// reader charged after the merge, within the allowance it was read
+    /// with, so a part whose allowance did not change keeps it.
     pub(crate) fn set_allowance(&mut self, allowance: usize, settings: &Settings) {
         let Some(budget) = &self.shared.budget else {
             return;
@@ -282,7 +284,7 @@ impl Slot {
         if self.busy() {
             return;
         }
-        let over = allowance < self.granted && budget.held() > allowance;
+        let over = budget.held() > allowance;
         let grown = self.cut.is_some_and(|cut| allowance > cut.granted);
         if !(over || grown) {
             return;
@@ -305,9 +307,11 @@ impl Slot {
         self.cut.map(|cut| cut.granted)
     }
 
-    /// Its allowance of the memory budget now (`None`: no budget).
-    pub(crate) fn allowance(&self) -> Option<usize> {
-        self.shared.budget.as_ref().map(|b| b.limit())
+    /// The most the part could hold now: its allowance, less what the
+    /// other parts hold beyond what is left of the whole budget
+    /// ([`MemoryBudget::room`]; `usize::MAX`: no budget).
+    pub(crate) fn room(&self) -> usize {
+        self.shared.budget.as_ref().map_or(usize::MAX, |b| b.room())
     }
 
     /// What the part needed of the memory budget at its last read (what
@@ -453,13 +457,12 @@ impl Slot {
         match done {
             Done::Read(collection, charge) => {
                 self.over_files = false;
-                self.need = Some(if charge.cut.is_some() {
-                    usize::MAX
-                } else {
-                    charge.held
-                });
+                // A part cut needs about what it holds plus what its skipped
+                // files would cost: never "unbounded" (issue 53: a small
+                // part cut by another's stale charge then dragged every
+                // other part's allowance down).
+                self.need = Some(charge.cut.map_or(charge.held, |cut| cut.needed));
                 self.cut = charge.cut;
-                self.granted = charge.granted;
                 self.last = Some(Last {
                     families: collection.families.clone(),
                     at,
@@ -645,11 +648,11 @@ fn read(
         held,
         needed: skipped
             .iter()
-            .map(|path| bytes_in_use(path))
+            .map(|path| bytes_in_use(path).saturating_mul(CHARGE_PER_BYTE_IN_USE))
             .fold(held, usize::saturating_add),
         files: skipped.len(),
     });
-    Done::Read(Box::new(collection), Charge { granted, held, cut })
+    Done::Read(Box::new(collection), Charge { held, cut })
 }
 
 /// What a job that panicked serves: nothing, counted; logged the first

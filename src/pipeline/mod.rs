@@ -633,6 +633,8 @@ pub fn render(
 }
 
 #[cfg(test)]
+mod budget_model_tests;
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::format::file_name::GaugeMode;

@@ -298,11 +298,32 @@ impl<K: Ord + Clone> PartReaders<K> {
         }
     }
 
-    /// Read side by side, the parts cut for the budget while the needs of
-    /// parts never read were not known yet (counted at their floor) are
-    /// read again, within `deadline`, when the needs learnt since leave them
-    /// more: parts that together fit in the budget are all read whole from
-    /// their first collection.
+    /// After `cut` (parts just read and cut for the budget): the allowances
+    /// from the needs just learnt (a cut part's is what it held plus what
+    /// its skipped files would cost), the parts holding more than theirs
+    /// let go of it, and the cut parts that now have more room than they
+    /// were read with are returned, to be read again (issue 53: a small part
+    /// read while a big one still held its old charge was cut, and stayed
+    /// cut).
+    fn make_room(&self, slots: &mut [Slot], cut: &[usize], unknown: usize) -> Vec<usize> {
+        if self.settings.budget.is_none() || cut.is_empty() {
+            return Vec::new();
+        }
+        let rooms: Vec<usize> = cut.iter().map(|&i| slots[i].room()).collect();
+        self.set_allowances(slots, None, unknown);
+        cut.iter()
+            .zip(rooms)
+            .filter(|&(&i, room)| slots[i].room() > room)
+            .map(|(&i, _)| i)
+            .collect()
+    }
+
+    /// Read side by side, the parts cut for the budget (while the needs of
+    /// parts never read were not known yet, counted at their floor, or while
+    /// others held charges their new allowances take back) are read again,
+    /// within `deadline`, when the needs learnt since leave them more room:
+    /// parts that together fit in the budget are all read whole from their
+    /// first collection.
     fn read_again_once_known(
         &self,
         parts: &[PartSpec<K>],
@@ -311,29 +332,24 @@ impl<K: Ord + Clone> PartReaders<K> {
         floor: usize,
         deadline: Instant,
     ) {
-        let mut again = Vec::new();
-        for i in 0..slots.len() {
-            let Some(granted) = slots[i].cut_granted() else {
-                continue;
-            };
-            if !matches!(outcomes[i], Outcome::Fresh(_)) {
-                continue;
-            }
-            self.set_allowances(slots, Some(i), floor);
-            if slots[i].allowance().is_some_and(|now| now > granted) {
-                let max_files = self.caps.max_files;
-                slots[i].start(
-                    &parts[i].inputs,
-                    &parts[i].pins,
-                    &self.settings,
-                    max_files,
-                    &self.finished,
-                );
-                again.push(i);
-            }
-        }
+        let cut: Vec<usize> = (0..slots.len())
+            .filter(|&i| {
+                slots[i].cut_granted().is_some() && matches!(outcomes[i], Outcome::Fresh(_))
+            })
+            .collect();
+        let again = self.make_room(slots, &cut, floor);
         if again.is_empty() {
             return;
+        }
+        for &i in &again {
+            let max_files = self.caps.max_files;
+            slots[i].start(
+                &parts[i].inputs,
+                &parts[i].pins,
+                &self.settings,
+                max_files,
+                &self.finished,
+            );
         }
         wait(&self.finished, again.iter().map(|&i| &slots[i]), deadline);
         for i in again {
@@ -396,12 +412,16 @@ impl<K: Ord + Clone> PartReaders<K> {
                     // The needs of the parts read before are known now; a
                     // part not read yet may need its whole allowance.
                     self.set_allowances(&mut slots, Some(i), usize::MAX);
-                    outcomes[i] = Some(slots[i].run(&parts[i].inputs, &self.settings, max_files));
+                    let mut outcome = slots[i].run(&parts[i].inputs, &self.settings, max_files);
+                    let cut = slots[i].cut_granted().map(|_| i);
+                    if !self.make_room(&mut slots, cut.as_slice(), floor).is_empty() {
+                        outcome = slots[i].run(&parts[i].inputs, &self.settings, max_files);
+                    }
+                    outcomes[i] = Some(outcome);
                 }
                 outcomes.into_iter().flatten().collect()
             }
             Some(deadline) => {
-                let unknown = slots.iter().any(|slot| slot.need().is_none());
                 for (spec, slot) in parts.iter().zip(&mut slots) {
                     slot.start(
                         &spec.inputs,
@@ -416,9 +436,7 @@ impl<K: Ord + Clone> PartReaders<K> {
                     .iter_mut()
                     .map(|slot| slot.outcome(self.settings.max_late_age))
                     .collect();
-                if unknown {
-                    self.read_again_once_known(&parts, &mut slots, &mut outcomes, floor, deadline);
-                }
+                self.read_again_once_known(&parts, &mut slots, &mut outcomes, floor, deadline);
                 outcomes
             }
         };

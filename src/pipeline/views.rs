@@ -30,6 +30,11 @@
 //!   shared collection of `/metrics`, as before the views existed, so
 //!   clients rotating more sets than are kept never make a poll a fresh
 //!   read of the whole directory.
+//! * **`/metrics`'s share.** Every view's and set's source reads within
+//!   one share of the memory budget, [`VIEWS_BUDGET_PERCENT`] of it for all
+//!   of them together; the rest is `/metrics`'s, which they cannot take
+//!   whatever was polled first (issue 53: configured views, never evicted,
+//!   left `/metrics` short).
 //! * **The budget given back.** A source's reader gives back what it
 //!   charged to the memory budget when it is dropped (`Drop` for
 //!   [`crate::source::Reader`]): evicted, reloaded, rebuilt after a panic.
@@ -73,6 +78,13 @@ use crate::transform::views::{Matching, SourceFilter, View};
 use super::coalesce::{Coalescer, InFlight, Rechecks};
 use super::rendered::{encoded, SharedBody};
 use super::Source;
+
+/// The share of the memory budget (in percent) the views' sources may
+/// charge together, configured views (the endpoint picker's built-in one
+/// too) and `?name[]=` sets alike: the rest is `/metrics`'s, which no view
+/// can take (issue 53: configured views, never evicted, polled before
+/// Prometheus's first scrape left `/metrics` short).
+pub const VIEWS_BUDGET_PERCENT: usize = 50;
 
 /// `?name[]=` sets that keep a source of their own.
 pub const MAX_KEPT_QUERIES: usize = 4;
@@ -167,8 +179,12 @@ pub struct ViewFamilies {
 #[derive(Debug)]
 pub struct ViewSources {
     /// `None`: no view has a source of its own (subdirectories, discovered
-    /// directories).
+    /// directories). Its memory budget is the views' share
+    /// ([`VIEWS_BUDGET_PERCENT`] of the whole).
     base: Option<ViewBase>,
+    /// The whole memory budget, shared with `/metrics` (the views' share's
+    /// parent).
+    whole: Option<Arc<MemoryBudget>>,
     entries: Mutex<Entries>,
     /// Sources made so far (each one's first collection reads every file).
     made: AtomicU64,
@@ -326,8 +342,17 @@ impl ViewSources {
     /// The views' sources, made from `base` (`None`: every view is cut
     /// from the shared collection).
     pub fn new(base: Option<ViewBase>) -> Self {
+        let whole = base.as_ref().and_then(|b| b.memory_budget.clone());
+        let base = base.map(|base| ViewBase {
+            memory_budget: whole.clone().map(|whole| {
+                let share = whole.limit() / 100 * VIEWS_BUDGET_PERCENT;
+                Arc::new(MemoryBudget::share_of(whole, share))
+            }),
+            ..base
+        });
         Self {
             base,
+            whole,
             entries: Mutex::default(),
             made: AtomicU64::new(0),
             epoch: Instant::now(),
@@ -406,7 +431,7 @@ impl ViewSources {
                 entry
             }
             (ViewKey::Names(_), None) => {
-                let budget = base.memory_budget.as_deref();
+                let budget = self.whole.as_deref();
                 if budget.is_some_and(|b| b.held() > b.limit() / 100 * QUERY_ADMISSION_PERCENT) {
                     return None;
                 }
@@ -545,7 +570,7 @@ impl ViewSources {
     /// to be dropped once the map is unlocked.
     fn trim(&self, entry: &ViewEntry) -> Retired {
         let mut retired = Retired::new();
-        let Some(budget) = self.base.as_ref().and_then(|b| b.memory_budget.as_ref()) else {
+        let Some(budget) = self.whole.as_ref() else {
             return retired;
         };
         if matches!(entry.key, ViewKey::Configured(_)) {

@@ -25,16 +25,22 @@
 //!   it needs up to a common level, and the parts that need more than the
 //!   level get the level (never less than their floor). The part furthest
 //!   over its floor is therefore the one cut, and the one cut most.
-//! - What a part *needs* is what it held after its last read; a part that
-//!   had files skipped for the budget needs "more than it got" (treated as
-//!   unbounded); a part never read yet is counted at its floor, so that a
+//! - What a part *needs* is what it held after its last read (charged after
+//!   the merge); a part that had files skipped for the budget needs that
+//!   plus an estimate of what they would cost (never "unbounded": issue 53,
+//!   it dragged every other part's allowance down); a part never read yet
+//!   is counted at its floor, so that a
 //!   new part always finds its floor free (issue 40: a hostile pod cannot
 //!   take the others' budget before its caps apply). One read is enough to
 //!   learn a part's need: there is no global two-pass read.
 //! - A part holding more than its new allowance (a part was added, another
 //!   grew) lets go of everything it holds before its next read and reads
 //!   anew within its allowance; a part that was cut and whose allowance
-//!   grew reads anew too, so that the files it skipped are read.
+//!   grew reads anew too, so that the files it skipped are read. A file
+//!   skipped is read again whenever its reader has more room than when it
+//!   was skipped ([`MemoryBudget::room`]), and a part cut while another
+//!   still held a charge its new allowance takes back is read again once
+//!   that part has let go of it (issue 53).
 //! - Every share's charge also counts against the whole budget, so the
 //!   limit holds even while allowances computed from last known needs are
 //!   stale: a part is never given memory another part still holds.
@@ -117,6 +123,23 @@ impl MemoryBudget {
         }
     }
 
+    /// Bytes not held by any reader, within this budget and every budget it
+    /// is a share of (the smallest): what a reader could still take.
+    pub fn free(&self) -> usize {
+        let here = self.limit().saturating_sub(self.held());
+        self.parent
+            .as_ref()
+            .map_or(here, |parent| here.min(parent.free()))
+    }
+
+    /// The most the reader of this budget (a share's one reader) could
+    /// hold: what it holds plus [`Self::free`]. What it holds does not
+    /// change it; an allowance that grows or another reader letting go of
+    /// its charge does.
+    pub fn room(&self) -> usize {
+        self.free().saturating_add(self.held())
+    }
+
     /// Whether a reader that has charged `own` so far may hold `own_now`
     /// bytes: what the other readers hold plus `own_now` is within the limit
     /// (and within the parent's, for a share).
@@ -131,7 +154,7 @@ impl MemoryBudget {
 }
 
 /// Each part's allowance of a budget of `limit` bytes shared by parts that
-/// need `needs` bytes (`usize::MAX`: more than it got), in the same order:
+/// need `needs` bytes, in the same order:
 /// for part `i`, the water level `w` at which the others' needs, each taken
 /// up to `w`, plus `w` for part `i` fill the limit
 /// (`sum(min(need_j, w) for j != i) + w == limit`), and `limit` when the

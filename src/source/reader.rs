@@ -136,8 +136,14 @@ pub struct Reader {
     charged: usize,
     /// Estimated heap bytes of the cached files' vectors.
     files_bytes: usize,
-    /// Files skipped for the budget, not read again while unchanged.
+    /// Files skipped for the budget, not read again while unchanged and
+    /// while the budget has no more room than when they were skipped.
     over_budget: FxHashMap<OsString, OverBudget>,
+    /// The most this reader could hold when the current collection started
+    /// (what it charged plus [`MemoryBudget::free`]).
+    room_at_start: usize,
+    /// What it charged when the current collection started.
+    charged_at_start: usize,
     /// Collections made so far.
     collections: u64,
     /// With a view: only the records of the families it keeps are read.
@@ -149,6 +155,13 @@ pub struct Reader {
 struct OverBudget {
     /// Device, inode and `used` when it was skipped.
     identity: (u64, u64, usize),
+    /// The reader's room and charge when the collection that skipped it
+    /// started: with more room at the start of a later one (its allowance
+    /// grew, another reader let go of its charge) or less charged (files of
+    /// its own went), it is read again (issue 53: a file skipped once was
+    /// never retried while unchanged, whatever room was made since).
+    room: usize,
+    charged: usize,
     /// The last collection that listed it.
     collection: u64,
 }
@@ -220,6 +233,27 @@ impl Reader {
             budget.update(self.charged, 0);
         }
         self.charged = 0;
+    }
+
+    /// Charges the budget with what this reader and `store` hold now: called
+    /// at the end of every read, and again by the caller once the merge has
+    /// grown `store` (its plans and output labels), so that what is charged
+    /// is what is held, not what was held before the merge (issue 53: the
+    /// charge for the same files grew about 40 % at the next read, past
+    /// the reader's allowance).
+    pub fn recharge(&mut self, store: &KeyStore) {
+        if let Some(budget) = &self.budget {
+            let now = records_bytes(store)
+                + self
+                    .files
+                    .values()
+                    .map(CachedFile::heap_bytes)
+                    .sum::<usize>()
+                + self.frozen_bytes
+                + self.buffer.capacity();
+            budget.update(self.charged, now);
+            self.charged = now;
+        }
     }
 
     /// Makes the next collection check `path` with a `stat` before trusting
@@ -335,6 +369,11 @@ impl Reader {
             paths.len() + skipped_directories.iter().map(|d| d.skipped).sum::<usize>();
         self.collections += 1;
         let collection = self.collections;
+        self.room_at_start = self
+            .budget
+            .as_ref()
+            .map_or(usize::MAX, |b| b.free().saturating_add(self.charged));
+        self.charged_at_start = self.charged;
         self.files_bytes = self.frozen_bytes;
         if self.budget.is_some() {
             self.files_bytes += self
@@ -396,18 +435,11 @@ impl Reader {
             }
         }
         self.over_budget.retain(|_, o| o.collection == collection);
-        if let Some(budget) = &self.budget {
-            let now = store.approx_bytes()
-                + self
-                    .files
-                    .values()
-                    .map(CachedFile::heap_bytes)
-                    .sum::<usize>()
-                + self.frozen_bytes
-                + self.buffer.capacity();
-            budget.update(self.charged, now);
-            self.charged = now;
-        }
+        // The window read into is not kept between collections (a window
+        // of a file that grew could hold a megabyte a part for nothing, and
+        // a first page each reader outside the budget).
+        self.buffer = Vec::new();
+        self.recharge(store);
         // The files read, by listing index.
         let mut read: Vec<Option<(usize, PathBuf)>> = Vec::with_capacity(paths.len());
         for (listed, outcome) in paths.into_iter().zip(outcomes) {
@@ -587,8 +619,14 @@ impl Reader {
         // same birth (or change) time.
         let born = birth(&meta);
         let identity = (meta.dev(), meta.ino(), used);
-        if self.over_budget.get(path.as_os_str()).map(|o| o.identity) == Some(identity) {
-            // Skipped for the budget and unchanged since: not read again.
+        let (room, charged) = (self.room_at_start, self.charged_at_start);
+        if self
+            .over_budget
+            .get(path.as_os_str())
+            .is_some_and(|o| o.identity == identity && room <= o.room && charged >= o.charged)
+        {
+            // Skipped for the budget, unchanged since, and the budget has no
+            // more room than then: not read again.
             if let Some(over) = self.over_budget.get_mut(path.as_os_str()) {
                 over.collection = self.collections;
             }
@@ -660,6 +698,8 @@ impl Reader {
         let mut window = (0, got.min(used));
         let mut pos = cached.parsed_until;
         let mut read_bytes = got;
+        // The store's size at the last check of the budget (never: none).
+        let mut checked_keys = usize::MAX;
         let mut failure = None;
         let mut stalled = false;
         while pos < used {
@@ -682,7 +722,11 @@ impl Reader {
                         }
                     }
                 }
-                let held = new_keys.len() * RECORD_BYTES + len;
+                // The merge of the keys interned since the last one grows
+                // the store: reserved now, so that what is charged after
+                // the merge stays within the budget.
+                let unmerged = store.merge_reserve();
+                let held = new_keys.len() * RECORD_BYTES + len + unmerged;
                 if !within_budget(
                     self.budget.as_deref(),
                     self.charged,
@@ -706,9 +750,36 @@ impl Reader {
             }
             let data = &self.buffer[..window.1];
             let scanned = scan_window(data, window.0, pos, used, &mut locations);
-            for location in locations.drain(..) {
+            let in_window = locations.len();
+            for (n, location) in locations.drain(..).enumerate() {
                 let key_at = location.key_offset - window.0;
                 let raw = &data[key_at..key_at + location.key_len];
+                // Before a key that may be new is interned (the first record,
+                // and each one after a new key), the store's growth is
+                // checked: a window's records cost several times its bytes
+                // (issue 53: checked once per window, the charge passed the
+                // budget by the cost of a whole window).
+                if self.budget.is_some() && store.len() != checked_keys {
+                    checked_keys = store.len();
+                    let unmerged = store.merge_reserve();
+                    // Every record left in the window is held too, new key
+                    // or not.
+                    let held = (new_keys.len() + in_window - n) * RECORD_BYTES
+                        + window.1
+                        + unmerged
+                        + NEXT_KEY_BYTES
+                        + raw.len() * 3
+                        + store.growth_bytes();
+                    if !within_budget(
+                        self.budget.as_deref(),
+                        self.charged,
+                        store,
+                        self.files_bytes + held,
+                    ) {
+                        failure = Some(over_budget.clone());
+                        break;
+                    }
+                }
                 // A view's reader leaves out the families it does not serve
                 // before their keys are interned: its key store holds only
                 // the view's keys, and their values are never loaded.
@@ -833,6 +904,8 @@ impl Reader {
             path.as_os_str().to_os_string(),
             OverBudget {
                 identity,
+                room: self.room_at_start,
+                charged: self.charged_at_start,
                 collection: self.collections,
             },
         );
@@ -852,9 +925,25 @@ const READ_CHUNK: usize = 1 << 20;
 /// Estimated bytes of the merge plan per record.
 const PLAN_BYTES_PER_RECORD: usize = 24;
 
+/// What a key interned next may cost besides its raw bytes (counted
+/// three times: its strings, its label pairs, its output labels) and the
+/// store's growth: the strings' and tuples' headers, the tables' entries,
+/// and the overhead of the file it is in, not counted until it is read.
+const NEXT_KEY_BYTES: usize = 1024;
+
 /// Estimated bytes held per record: its key id, value offset and value in
 /// the reader, and its share of the merge plan.
 const RECORD_BYTES: usize = 4 + 4 + 16 + PLAN_BYTES_PER_RECORD;
+
+/// What `store` holds for the records read: its estimate less an empty
+/// store's (a source's fixed cost, like the reader itself, is not charged:
+/// a budget smaller than the sources' fixed costs would be passed before
+/// anything is read).
+fn records_bytes(store: &KeyStore) -> usize {
+    static EMPTY: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let empty = *EMPTY.get_or_init(|| KeyStore::new().approx_bytes());
+    store.approx_bytes().saturating_sub(empty)
+}
 
 /// Whether a reader that charged `charged` to `budget` may hold `held`
 /// bytes besides what `store` holds.
@@ -864,7 +953,7 @@ fn within_budget(
     store: &KeyStore,
     held: usize,
 ) -> bool {
-    budget.is_none_or(|b| b.allows(charged, store.approx_bytes() + held))
+    budget.is_none_or(|b| b.allows(charged, records_bytes(store) + held))
 }
 
 /// Reads `len` bytes of `file` from `offset` into `buffer` (replacing its
@@ -877,8 +966,9 @@ fn read_window(
     len: usize,
 ) -> Result<usize, SkipReason> {
     buffer.clear();
+    // Exactly: the budget counts the window, not an amortized doubling.
     buffer
-        .try_reserve(len)
+        .try_reserve_exact(len)
         .map_err(|_| SkipReason::OutOfMemory { bytes: len })?;
     buffer.resize(len, 0);
     let got = read_fully_at(file, buffer, offset as u64).map_err(io_reason)?;

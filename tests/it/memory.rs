@@ -442,3 +442,87 @@ fn memory_returns_to_its_steady_level_after_writer_churn() {
     assert_eq!(crate::support::merged_part(&body), expected);
     exporter.assert_alive();
 }
+
+/// One process writing `argv[1]` series of counter `argv[2]`, each once.
+const MANY_SERIES: &str = r#"
+import sys
+from prometheus_client import Counter
+c = Counter(sys.argv[2], 'Requests.', ['path'])
+for i in range(int(sys.argv[1])):
+    c.labels('/p/%d' % i).inc()
+"#;
+
+/// prometheus_client's own `generate_latest` over `argv[1]`.
+const REFERENCE: &str = r#"
+import sys
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+registry = CollectorRegistry()
+MultiProcessCollector(registry, path=sys.argv[1])
+sys.stdout.write(generate_latest(registry).decode())
+"#;
+
+/// Issue 53: configured views (the endpoint picker's built-in one too)
+/// charged the same budget as `/metrics` and were never evicted: polled
+/// before Prometheus's first scrape, they left `/metrics` serving
+/// `big{path="/p/0"} 2.0` where prometheus_client gives 4.0, with files
+/// `over_memory_budget` at every scrape. The views now read within a share
+/// of the budget (half) that `/metrics`'s cannot be taken from.
+#[test]
+fn configured_views_can_starve_metrics() {
+    let Some(python) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("m");
+    std::fs::create_dir_all(&dir).unwrap();
+    for _ in 0..4 {
+        run_python(
+            &python,
+            MANY_SERIES,
+            &["5000", "big"],
+            &[("PROMETHEUS_MULTIPROC_DIR", dir.to_str().unwrap())],
+        );
+    }
+    let expected = run_python(&python, REFERENCE, &[dir.to_str().unwrap()], &[]);
+    assert!(expected.contains("big_total{path=\"/p/0\"} 4.0\n"));
+    let config = tmp.path().join("config.yaml");
+    // Two views of the whole family: together more than the budget leaves
+    // beside `/metrics`'s (about 2.8 MB each of 6.5 MiB).
+    std::fs::write(&config, "views:\n  one: [big_total]\n  two: [big_total]\n").unwrap();
+    let exporter = Exporter::start(&[
+        "--dir",
+        dir.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+        "--memory.budget",
+        "6656KiB",
+    ]);
+    for view in ["/metrics/one", "/metrics/two", "/metrics/endpoint-picker"] {
+        assert_eq!(exporter.get(view).status, 200, "{view}");
+    }
+    for scrape in 0..2 {
+        let served = exporter.metrics();
+        let skipped = served
+            .lines()
+            .find(|l| {
+                l.starts_with(
+                    "multiproc_exporter_scrape_files_skipped{reason=\"over_memory_budget\"}",
+                )
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .map_or(0.0, |v| v.parse::<f64>().unwrap());
+        let merged: String = served
+            .lines()
+            .filter(|l| !l.contains("multiproc_exporter_") && !l.contains("process_"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_eq!(skipped, 0.0, "scrape {scrape}");
+        assert!(
+            merged == expected,
+            "scrape {scrape}: {}",
+            merged.lines().find(|l| l.contains("/p/0\"")).unwrap_or("")
+        );
+        for view in ["/metrics/one", "/metrics/two"] {
+            assert_eq!(exporter.get(view).status, 200, "{view}");
+        }
+    }
+}

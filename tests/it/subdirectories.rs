@@ -343,6 +343,22 @@ for i in range(int(sys.argv[1])):
     c.labels('/p/%d' % i).inc()
 "#;
 
+/// `writers` processes writing `series` series of `<pod>_requests` each in
+/// `parent/<pod>`.
+fn write_many(python: &Path, parent: &Path, pod: &str, writers: usize, series: &str) {
+    let dir = parent.join(pod);
+    std::fs::create_dir_all(&dir).unwrap();
+    let name = format!("{pod}_requests");
+    for _ in 0..writers {
+        run_python(
+            python,
+            MANY_SERIES,
+            &[series, &name],
+            &[("PROMETHEUS_MULTIPROC_DIR", dir.to_str().unwrap())],
+        );
+    }
+}
+
 /// Issue 47: `p/big` (4 writers x 5,000 series) beside four tiny pods,
 /// under `--memory.budget 8MiB`: its equal share (a fifth) was a cap, so two
 /// of its files were skipped (`big_requests_total{app="big",path="/p/0"}
@@ -359,17 +375,7 @@ fn a_pod_bigger_than_its_share_is_read_whole_while_the_budget_has_room() {
         ("t3", 1, "1"),
         ("t4", 1, "1"),
     ] {
-        let dir = parent.join(pod);
-        std::fs::create_dir_all(&dir).unwrap();
-        let name = format!("{pod}_requests");
-        for _ in 0..writers {
-            run_python(
-                &python,
-                MANY_SERIES,
-                &[series, &name],
-                &[("PROMETHEUS_MULTIPROC_DIR", dir.to_str().unwrap())],
-            );
-        }
+        write_many(&python, &parent, pod, writers, series);
     }
     let expected = reference(&python, &parent, "app");
     assert!(expected.contains("big_requests_total{app=\"big\",path=\"/p/0\"} 4.0\n"));
@@ -402,5 +408,96 @@ fn a_pod_bigger_than_its_share_is_read_whole_while_the_budget_has_room() {
             .map(|l| format!("{l}\n"))
             .collect();
         assert_eq!(merged, expected);
+    }
+}
+
+/// Issue 53: four pods under `--memory.budget 2560KiB` (a floor of 640 KiB
+/// each): `big` (4 writers x 5,000 series) and three tiny pods; then `s1`
+/// grows by 3,000 series. `s1` was read while `big` still held its old
+/// charge and cut, its skipped file was remembered and never retried, and
+/// its need, taken as unbounded, dragged `big`'s allowance down: from then
+/// on every scrape served `s1_requests_total{app="s1",path="/p/0"} 1.0` for
+/// 3.0 and `big` 1.0 for 4.0, with about 0.9 MB of the budget unused.
+///
+/// What the pods hold is now charged after the merge too (the reader used
+/// to charge it only at the next read, about 40 % later): `big` needs
+/// about 2.8 MB, `s1` grown about 1.2 MB, so under 2560 KiB `big` is the
+/// part cut (furthest over its floor) and `s1` is served whole at every
+/// scrape; under 3.5 MiB (`s1` fits under the level only once `big` lets
+/// go of its old charge) the same, `big` cut by one file at most; under
+/// 5 MiB (room for all) every value is prometheus_client's from the first
+/// scrape on.
+#[test]
+fn a_small_pod_is_cut_below_its_floor_and_stays_cut() {
+    let Some(python) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let parent = tmp.path().join("p");
+    let write = |pod: &str, writers: usize, series: &str| {
+        write_many(&python, &parent, pod, writers, series);
+    };
+    write("big", 4, "5000");
+    for pod in ["s2", "s3"] {
+        write(pod, 2, "1");
+    }
+    for (budget, big_skipped_at_most) in [("2560KiB", 4.0), ("3584KiB", 1.0), ("5MiB", 0.0)] {
+        let _ = std::fs::remove_dir_all(parent.join("s1"));
+        write("s1", 2, "1");
+        let exporter = Exporter::start(&[
+            "--dir",
+            parent.to_str().unwrap(),
+            "--dir.subdirectories-label",
+            "app",
+            "--memory.budget",
+            budget,
+        ]);
+        // Every line of the small pods as prometheus_client serves it;
+        // each of `big`'s series counted once per file of it read (every
+        // file holds each series once), every skipped file one of `big`'s.
+        let check = |expected: &str, when: &str| {
+            let served = exporter.metrics();
+            let skipped = sample(
+                &served,
+                "multiproc_exporter_scrape_files_skipped{reason=\"over_memory_budget\"}",
+            )
+            .unwrap_or(0.0);
+            assert!(
+                skipped <= big_skipped_at_most,
+                "{budget} {when}: {skipped} skipped"
+            );
+            let small = |text: &str| -> Vec<String> {
+                text.lines()
+                    .filter(|l| !l.contains("multiproc_exporter_") && !l.contains("process_"))
+                    .filter(|l| !l.contains("big_requests"))
+                    .map(str::to_owned)
+                    .collect()
+            };
+            assert_eq!(small(&served), small(expected), "{budget} {when}");
+            let big: Vec<&str> = served
+                .lines()
+                .filter(|l| l.starts_with("big_requests_total{"))
+                .collect();
+            let read = 4.0 - skipped;
+            assert_eq!(
+                big.len(),
+                if read > 0.0 { 5000 } else { 0 },
+                "{budget} {when}"
+            );
+            for line in big {
+                assert!(
+                    line.ends_with(&format!(" {read:.1}")),
+                    "{budget} {when}: {line}"
+                );
+            }
+        };
+        let expected = reference(&python, &parent, "app");
+        for scrape in 0..2 {
+            check(&expected, &format!("scrape {scrape} before s1 grew"));
+        }
+        write("s1", 1, "3000");
+        let expected = reference(&python, &parent, "app");
+        assert!(expected.contains("s1_requests_total{app=\"s1\",path=\"/p/0\"} 3.0\n"));
+        for scrape in 0..3 {
+            check(&expected, &format!("scrape {scrape} after s1 grew"));
+        }
     }
 }
