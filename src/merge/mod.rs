@@ -24,6 +24,7 @@
 //! timestamp and omits never-set series; everything keeps first-seen order.
 
 mod cache;
+mod floors;
 mod keys;
 mod plan;
 mod python_float;
@@ -33,9 +34,9 @@ mod tests;
 
 use thiserror::Error;
 
-pub use cache::{MergeInput, Merged, PlanCache};
+pub use cache::{FileIdentity, MergeInput, Merged, PlanCache};
 pub use keys::{KeyId, KeyStore};
-pub use plan::{plan, MergePlan, PlanInput, Planned, ShapeMismatch};
+pub use plan::{plan, MergePlan, Output, PlanInput, Planned, ShapeMismatch};
 pub use python_float::python_float;
 pub use records::{merge_records, RawRecord};
 
