@@ -2,10 +2,9 @@
 //! (issue 54, item 1), with real prometheus_client processes
 //! (`tests/python/float_writer.py`) counting in floats.
 //!
-//! The generated test of the same rule is `crate::merge::monotone_tests`
-//! (the unit tests: every order of increments, exits, removals and
-//! collections on the plan cache) and [`generated`] here (the collector on
-//! real files and real, killed processes).
+//! The generated test of the same rule, [`generated`], drives the collector
+//! through every order of increments, exits, removals and collections on
+//! real files and real, killed processes.
 
 mod generated;
 
