@@ -299,7 +299,19 @@ impl PlanCache {
         let steady = (!folded.is_empty() && skipped.contains(&true))
             .then(|| Steady::new(plan, files, frozen, skipped))
             .flatten();
-        let old = before.map(|before| Self::evaluate_folded(&mut self.base, plan, files, &before));
+        let old = before.map(|before| {
+            // The cached base holds the values its files had when folded:
+            // still theirs while they stay frozen; a file thawed since may
+            // have counted on (or fallen), so then the old order is taken
+            // from the current values.
+            let mut fresh = None;
+            let base = if before.iter().all(|p| folded.binary_search(p).is_ok()) {
+                &mut self.base
+            } else {
+                &mut fresh
+            };
+            Self::evaluate_folded(base, plan, files, &before)
+        });
         let new = Self::evaluate_folded(&mut self.base, plan, files, &folded);
         if folded.is_empty() {
             self.base = None;

@@ -26,6 +26,8 @@
 mod cache;
 mod floors;
 mod keys;
+#[cfg(test)]
+mod monotone_tests;
 mod plan;
 mod python_float;
 mod records;
