@@ -247,6 +247,18 @@ fn bench_cold(c: &mut Criterion, fixtures: &Fixtures) {
     group.finish();
 }
 
+/// A collector that sees the writers (liveness from /proc), folding dead
+/// writers' values (the default) or not (`--writers.exact-sums`).
+fn proc_collector(fold_dead: bool) -> Collector {
+    let mut reader = Collector::new();
+    reader.set_writer_policy(WriterPolicy {
+        liveness: LivenessMode::Proc,
+        fold_dead,
+        ..WriterPolicy::default()
+    });
+    reader
+}
+
 /// 16 live writers (real processes holding their files) alone, and with
 /// the files of 10,000 dead writers (`MPE_BENCH_DEAD`), read with liveness
 /// from /proc: folded once into a cached base (the default), and added in
@@ -267,12 +279,7 @@ fn bench_dead_writers(c: &mut Criterion) {
         fixture::generate(dir.path(), 0, dead, 1).expect("write the dead writers");
         let holders = fixture::live_holders(dir.path(), 16, 1).expect("start the live writers");
         let inputs = vec![Input::Directory(dir.path().to_path_buf())];
-        let mut reader = Collector::new();
-        reader.set_writer_policy(WriterPolicy {
-            liveness: LivenessMode::Proc,
-            fold_dead,
-            ..WriterPolicy::default()
-        });
+        let mut reader = proc_collector(fold_dead);
         // Between two changes of the writers, the directory is unchanged for
         // longer than the listing takes to settle (2 s): measure that state.
         std::thread::sleep(Duration::from_millis(2500));
@@ -337,12 +344,7 @@ fn bench_churn(c: &mut Criterion) {
         };
         let mut live: std::collections::VecDeque<_> = (0..CHURN_LIVE).map(|_| start()).collect();
         let inputs = vec![Input::Directory(dir.path().to_path_buf())];
-        let mut reader = Collector::new();
-        reader.set_writer_policy(WriterPolicy {
-            liveness: LivenessMode::Proc,
-            fold_dead,
-            ..WriterPolicy::default()
-        });
+        let mut reader = proc_collector(fold_dead);
         for _ in 0..3 {
             let out = reader.collect(&inputs);
             assert!(out.problems.is_empty(), "{:?}", out.problems);
