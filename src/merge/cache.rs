@@ -102,15 +102,28 @@ impl PlanCache {
             }
             return Ok(plan.output(state));
         }
-        if base
-            .as_ref()
-            .is_none_or(|(positions, _)| positions != folded)
-        {
-            let mut state = plan.start();
-            for &position in folded {
-                plan.apply(&mut state, position, files[plan.files()[position]].values)?;
+        match base {
+            Some((positions, _)) if positions == folded => {}
+            // Files folded after the base's, in order: the same additions
+            // as from the start.
+            Some((positions, state)) if folded.starts_with(positions) => {
+                let extended = folded[positions.len()..].iter().try_for_each(|&position| {
+                    plan.apply(state, position, files[plan.files()[position]].values)
+                });
+                if let Err(error) = extended {
+                    // (Part of the files applied: no base.)
+                    *base = None;
+                    return Err(error);
+                }
+                *positions = folded.to_vec();
             }
-            *base = Some((folded.to_vec(), state));
+            _ => {
+                let mut state = plan.start();
+                for &position in folded {
+                    plan.apply(&mut state, position, files[plan.files()[position]].values)?;
+                }
+                *base = Some((folded.to_vec(), state));
+            }
         }
         let Some((_, state)) = base.as_ref() else {
             return Ok(plan.output(plan.start()));
