@@ -238,6 +238,7 @@ impl PlanCache {
         self.steady = None;
         let signature: Vec<u64> = files.iter().map(|f| f.generation).collect();
         let reuse = matches!(&self.plan, Some((previous, _)) if *previous == signature);
+        let mut carried = None;
         if !reuse {
             let inputs: Vec<PlanInput<'_>> = files
                 .iter()
@@ -254,10 +255,15 @@ impl PlanCache {
                 .collect();
             let previous = self.plan.replace((signature.clone(), planned.plan));
             if let Some((_, plan)) = &self.plan {
-                self.floors
-                    .replanned(previous.as_ref().map(|(_, plan)| plan), plan);
+                let previous = previous.as_ref().map(|(_, plan)| plan);
+                self.floors.replanned(previous, plan);
+                // The last merge's base, for its order (see below).
+                carried = self
+                    .base
+                    .take()
+                    .zip(previous)
+                    .map(|((_, state), previous)| plan.carry(previous, &state));
             }
-            self.base = None;
         }
         let mut merged = Merged {
             replanned: !reuse,
@@ -295,6 +301,7 @@ impl PlanCache {
             folded.iter().map(|&p| identity(plan.files()[p])).collect();
         // The files the last merge folded, at their positions in this plan:
         // if they are not these, the order of the sums changes.
+        let mut all_there = true;
         let before = match &self.folded {
             Some(ids) if *ids != folded_ids => {
                 let ids: rustc_hash::FxHashSet<FileIdentity> = ids.iter().copied().collect();
@@ -305,6 +312,7 @@ impl PlanCache {
                     .filter(|(_, &i)| ids.contains(&identity(i)))
                     .map(|(position, _)| position)
                     .collect();
+                all_there = positions.len() == ids.len();
                 (positions != folded).then_some(positions)
             }
             _ => None,
@@ -317,8 +325,13 @@ impl PlanCache {
             // still theirs while they stay frozen; a file thawed since may
             // have counted on (or fallen), so then the old order is taken
             // from the current values.
-            let mut fresh = None;
-            let base = if before.iter().all(|p| folded.binary_search(p).is_ok()) {
+            // Planned again: the last base, carried to this plan, is the
+            // old order's when every file it folded is still there.
+            let stayed = before.iter().all(|p| folded.binary_search(p).is_ok());
+            let mut fresh = carried
+                .filter(|_| all_there && stayed)
+                .map(|state| (before.clone(), state));
+            let base = if reuse && stayed {
                 &mut self.base
             } else {
                 &mut fresh

@@ -603,6 +603,52 @@ impl MergePlan {
         })
     }
 
+    /// `state`, a state of the `old` plan, as a state of this one, for its
+    /// counters', histograms' and summaries' series (sums and bucket
+    /// accumulators; a series `old` did not have starts from 0): what
+    /// applying the same files would have given, when they are the same in
+    /// the same order. Gauges are left at their start.
+    pub(super) fn carry(&self, old: &MergePlan, state: &Evaluation) -> Evaluation {
+        let mut carried = self.start();
+        let slots: FxHashMap<SeriesId, u32> = old.series_ids().collect();
+        let mut bucket_of: FxHashMap<u32, u32> = FxHashMap::default();
+        for family in &old.families {
+            for histogram in &family.histograms {
+                bucket_of.extend(
+                    histogram
+                        .bounds
+                        .iter()
+                        .map(|&(bucket, slot)| (slot, bucket)),
+                );
+            }
+        }
+        let mut new_bucket_of: FxHashMap<u32, u32> = FxHashMap::default();
+        for family in &self.families {
+            for histogram in &family.histograms {
+                new_bucket_of.extend(
+                    histogram
+                        .bounds
+                        .iter()
+                        .map(|&(bucket, slot)| (slot, bucket)),
+                );
+            }
+        }
+        let monotone = |slot: &u32| self.monotone.binary_search(slot).is_ok();
+        for (id, slot) in self.series_ids().filter(|(_, slot)| monotone(slot)) {
+            let Some(&from) = slots.get(&id) else {
+                continue;
+            };
+            match (new_bucket_of.get(&slot), bucket_of.get(&from)) {
+                (Some(&to), Some(&from)) => {
+                    carried.buckets[to as usize] = state.buckets[from as usize]
+                }
+                (None, None) => carried.slots[slot as usize] = state.slots[from as usize],
+                _ => {}
+            }
+        }
+        carried
+    }
+
     /// The merged families of `output`.
     pub fn families_of(&self, output: Output) -> Vec<MetricFamily> {
         let Output { slots, first_store } = output;
