@@ -321,12 +321,12 @@ impl PlanCache {
             .then(|| Steady::new(plan, files, frozen, skipped))
             .flatten();
         let old = before.map(|before| {
-            // The cached base holds the values its files had when folded:
-            // still theirs while they stay frozen; a file thawed since may
-            // have counted on (or fallen), so then the old order is taken
-            // from the current values.
-            // Planned again: the last base, carried to this plan, is the
-            // old order's when every file it folded is still there.
+            // The old order's base: the cached one (or, planned again, the
+            // last one carried to this plan, when every file it folded is
+            // still there) holds the values its files had when folded, still
+            // theirs while they stay folded; a file thawed since may have
+            // counted on or fallen, and then the base is added anew from the
+            // current values.
             let stayed = before.iter().all(|p| folded.binary_search(p).is_ok());
             let mut fresh = carried
                 .filter(|_| all_there && stayed)
