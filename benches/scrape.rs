@@ -19,6 +19,9 @@
 //!   dead ones (`MPE_BENCH_DEAD`), liveness from /proc, in a directory unchanged for a few
 //!   seconds: dead writers' files are folded once, then not even looked up (`_folded`), or
 //!   merged in file order at every scrape (`_exact`, `--writers.exact-sums`);
+//! * `churn`: 1,024 writers' files, 16 of them live (real processes); before each timed scrape
+//!   the oldest live writer exits and a new one starts (every scrape plans again and folds the
+//!   writer that exited two scrapes before): the default and `--writers.exact-sums` (issue 54);
 //! * `cardinality`: one writer with 500,000 counter series (per-request label values), a
 //!   warm reader's scrape and the encoding alone;
 //! * `gzip`: gzipping an answer of 0.5 to 64 kB of vLLM-like text as the server does (level
@@ -244,6 +247,18 @@ fn bench_cold(c: &mut Criterion, fixtures: &Fixtures) {
     group.finish();
 }
 
+/// A collector that sees the writers (liveness from /proc), folding dead
+/// writers' values (the default) or not (`--writers.exact-sums`).
+fn proc_collector(fold_dead: bool) -> Collector {
+    let mut reader = Collector::new();
+    reader.set_writer_policy(WriterPolicy {
+        liveness: LivenessMode::Proc,
+        fold_dead,
+        ..WriterPolicy::default()
+    });
+    reader
+}
+
 /// 16 live writers (real processes holding their files) alone, and with
 /// the files of 10,000 dead writers (`MPE_BENCH_DEAD`), read with liveness
 /// from /proc: folded once into a cached base (the default), and added in
@@ -264,12 +279,7 @@ fn bench_dead_writers(c: &mut Criterion) {
         fixture::generate(dir.path(), 0, dead, 1).expect("write the dead writers");
         let holders = fixture::live_holders(dir.path(), 16, 1).expect("start the live writers");
         let inputs = vec![Input::Directory(dir.path().to_path_buf())];
-        let mut reader = Collector::new();
-        reader.set_writer_policy(WriterPolicy {
-            liveness: LivenessMode::Proc,
-            fold_dead,
-            ..WriterPolicy::default()
-        });
+        let mut reader = proc_collector(fold_dead);
         // Between two changes of the writers, the directory is unchanged for
         // longer than the listing takes to settle (2 s): measure that state.
         std::thread::sleep(Duration::from_millis(2500));
@@ -302,6 +312,58 @@ fn bench_dead_writers(c: &mut Criterion) {
             });
         });
         drop(holders);
+    }
+    group.finish();
+}
+
+/// Writers at a time in the `churn` group (issue 54): live ones, the rest dead.
+const CHURN_WRITERS: usize = 1024;
+
+/// Live writers among them.
+const CHURN_LIVE: usize = 16;
+
+/// 1,024 writers' files (16 live writers, real processes holding their
+/// files, and the counter and histogram files of 1,008 dead ones), read
+/// with liveness from /proc; before each timed scrape (outside the timing)
+/// the oldest live writer exits and a new one starts, so that every scrape
+/// plans again (four files added) and finds the writer that exited two
+/// scrapes before final (the files folded change): the default, and
+/// `--writers.exact-sums` (nothing folded).
+fn bench_churn(c: &mut Criterion) {
+    let mut group = c.benchmark_group("churn");
+    configure(&mut group, CHURN_LIVE, CHURN_WRITERS - CHURN_LIVE);
+    group.measurement_time(Duration::from_secs(5));
+    for (label, fold_dead) in [("1024_default", true), ("1024_exact_sums", false)] {
+        let dir = fixture_dir();
+        fixture::generate(dir.path(), 0, CHURN_WRITERS - CHURN_LIVE, 1)
+            .expect("write the dead writers");
+        let mut seed = 1;
+        let mut start = || {
+            seed += 1;
+            fixture::live_holders(dir.path(), 1, seed).expect("start a live writer")
+        };
+        let mut live: std::collections::VecDeque<_> = (0..CHURN_LIVE).map(|_| start()).collect();
+        let inputs = vec![Input::Directory(dir.path().to_path_buf())];
+        let mut reader = proc_collector(fold_dead);
+        for _ in 0..3 {
+            let out = reader.collect(&inputs);
+            assert!(out.problems.is_empty(), "{:?}", out.problems);
+        }
+        group.bench_function(BenchmarkId::from_parameter(label), |b| {
+            b.iter_custom(|iters| {
+                let mut timed = Duration::ZERO;
+                for _ in 0..iters {
+                    // Killed on drop: its files stay, a dead writer's.
+                    live.pop_front();
+                    live.push_back(start());
+                    let begin = Instant::now();
+                    let out = scrape(&mut reader, &inputs);
+                    timed += begin.elapsed();
+                    black_box(out);
+                }
+                timed
+            });
+        });
     }
     group.finish();
 }
@@ -397,6 +459,7 @@ fn benches(c: &mut Criterion) {
     bench_unchanged(c, &fixtures);
     bench_cold(c, &fixtures);
     bench_dead_writers(c);
+    bench_churn(c);
     bench_cardinality(c);
     bench_gzip(c);
 }

@@ -2,8 +2,9 @@
 //! when the file list or a file's keys changed; otherwise the previous plan
 //! is evaluated on the current values.
 
+use super::floors::Floors;
 use super::keys::{KeyId, KeyStore};
-use super::plan::{plan, Evaluation, MergePlan, PlanInput};
+use super::plan::{plan, Evaluation, MergePlan, Output, PlanInput};
 use super::MergeError;
 use crate::format::file_name::FileName;
 use crate::model::MetricFamily;
@@ -48,7 +49,16 @@ pub struct PlanCache {
     base: Option<(Vec<usize>, Evaluation)>,
     /// How to merge without the files the last merge marked as skipped.
     steady: Option<Steady>,
+    /// The files the last merge folded, in order (`None`: no merge yet).
+    folded: Option<Vec<FileIdentity>>,
+    /// What keeps the monotone series from going down when the files
+    /// folded change (see [`super::floors`]).
+    floors: Floors,
 }
+
+/// Names a file across plans and rebuilds: its device, inode and birth
+/// time's bits.
+pub type FileIdentity = (u64, u64, u64);
 
 /// What [`PlanCache::merge_steady`] needs: the plan and base of the last
 /// [`PlanCache::merge_folding`], seen from the files it did not mark skipped.
@@ -75,26 +85,48 @@ enum SteadySlot {
 }
 
 impl PlanCache {
-    /// Evaluates `plan` from the base of the `folded` positions (applied
-    /// first, once, and cached), then the other files in order.
-    fn evaluate_on_base(
+    /// Evaluates `plan` adding first the files at the `folded` positions
+    /// (from a cached base: applied once while the plan and `folded` stay
+    /// the same), then the others in order; in file order when `folded` is
+    /// empty.
+    fn evaluate_folded(
         base: &mut Option<(Vec<usize>, Evaluation)>,
         plan: &MergePlan,
         files: &[MergeInput<'_>],
-        folded: Vec<usize>,
-    ) -> Result<Vec<MetricFamily>, super::ShapeMismatch> {
-        if base
-            .as_ref()
-            .is_none_or(|(positions, _)| *positions != folded)
-        {
+        folded: &[usize],
+    ) -> Result<Output, super::ShapeMismatch> {
+        if folded.is_empty() {
             let mut state = plan.start();
-            for &position in &folded {
-                plan.apply(&mut state, position, files[plan.files()[position]].values)?;
+            for (position, &i) in plan.files().iter().enumerate() {
+                plan.apply(&mut state, position, files[i].values)?;
             }
-            *base = Some((folded, state));
+            return Ok(plan.output(state));
         }
-        let Some((folded, state)) = base.as_ref() else {
-            return Ok(Vec::new());
+        match base {
+            Some((positions, _)) if positions == folded => {}
+            // Files folded after the base's, in order: the same additions
+            // as from the start.
+            Some((positions, state)) if folded.starts_with(positions) => {
+                let extended = folded[positions.len()..].iter().try_for_each(|&position| {
+                    plan.apply(state, position, files[plan.files()[position]].values)
+                });
+                if let Err(error) = extended {
+                    // (Part of the files applied: no base.)
+                    *base = None;
+                    return Err(error);
+                }
+                *positions = folded.to_vec();
+            }
+            _ => {
+                let mut state = plan.start();
+                for &position in folded {
+                    plan.apply(&mut state, position, files[plan.files()[position]].values)?;
+                }
+                *base = Some((folded.to_vec(), state));
+            }
+        }
+        let Some((_, state)) = base.as_ref() else {
+            return Ok(plan.output(plan.start()));
         };
         let mut state = state.clone();
         let mut next_folded = folded.iter().peekable();
@@ -105,7 +137,7 @@ impl PlanCache {
             }
             plan.apply(&mut state, position, files[i].values)?;
         }
-        Ok(plan.finish(state))
+        Ok(plan.output(state))
     }
 
     /// An empty cache.
@@ -113,10 +145,21 @@ impl PlanCache {
         Self::default()
     }
 
+    /// Forgets the plan and the base (the key store they were made with is
+    /// being replaced), keeping what keeps the served totals monotone: the
+    /// files the last merge folded and the floors.
+    pub fn rebuild(&mut self) {
+        let plan = self.plan.take();
+        self.floors.detach(plan.as_ref().map(|(_, plan)| plan));
+        self.excluded.clear();
+        self.base = None;
+        self.steady = None;
+    }
+
     /// Merges `files` in order (keys interned in `store`), planning again
     /// only when their structure differs from the last call's.
     pub fn merge(&mut self, store: &mut KeyStore, files: &[MergeInput<'_>]) -> Merged {
-        self.merge_folding(store, files, &[], &[])
+        self.merge_folding(store, files, &[], &[], &[])
     }
 
     /// The last [`Self::merge_folding`] again, given only the files it did not
@@ -161,7 +204,9 @@ impl PlanCache {
             merged.files_merged += 1;
             merged.records += file.values.len();
         }
-        merged.families = plan.finish(state);
+        let mut output = plan.output(state);
+        self.floors.apply(&mut output.slots);
+        merged.families = plan.families_of(output);
         Some(merged)
     }
 
@@ -174,6 +219,12 @@ impl PlanCache {
     /// exactly in any order) and which of two equal `mostrecent` timestamps
     /// wins. An empty `frozen` merges exactly in file order.
     ///
+    /// When the set of files folded changes (and so the order of the sums),
+    /// no counter, histogram or summary series goes below what the old
+    /// order gives on the same values (see [`super::floors`]). `identities`
+    /// names each file across plans and [`Self::rebuild`]s (empty: by its
+    /// generation).
+    ///
     /// The frozen files marked in `skipped` may be left out of the next call,
     /// made with [`Self::merge_steady`].
     pub fn merge_folding(
@@ -182,10 +233,12 @@ impl PlanCache {
         files: &[MergeInput<'_>],
         frozen: &[bool],
         skipped: &[bool],
+        identities: &[FileIdentity],
     ) -> Merged {
         self.steady = None;
         let signature: Vec<u64> = files.iter().map(|f| f.generation).collect();
         let reuse = matches!(&self.plan, Some((previous, _)) if *previous == signature);
+        let mut carried = None;
         if !reuse {
             let inputs: Vec<PlanInput<'_>> = files
                 .iter()
@@ -200,7 +253,17 @@ impl PlanCache {
                 .into_iter()
                 .map(|(i, e)| (signature[i], e))
                 .collect();
-            self.plan = Some((signature.clone(), planned.plan));
+            let previous = self.plan.replace((signature.clone(), planned.plan));
+            if let Some((_, plan)) = &self.plan {
+                let previous = previous.as_ref().map(|(_, plan)| plan);
+                self.floors.replanned(previous, plan);
+                // The last merge's base, for its order (see below).
+                carried = self
+                    .base
+                    .take()
+                    .zip(previous)
+                    .map(|((_, state), previous)| plan.carry(previous, &state));
+            }
         }
         let mut merged = Merged {
             replanned: !reuse,
@@ -214,32 +277,84 @@ impl PlanCache {
                 .collect(),
             ..Merged::default()
         };
-        if !reuse {
+        let Some((_, plan)) = &self.plan else {
+            return merged;
+        };
+        for &i in plan.files() {
+            merged.files_merged += 1;
+            merged.records += files[i].values.len();
+        }
+        let identity = |i: usize| {
+            identities
+                .get(i)
+                .copied()
+                .unwrap_or((u64::MAX, files[i].generation, 0))
+        };
+        let folded: Vec<usize> = plan
+            .files()
+            .iter()
+            .enumerate()
+            .filter(|(_, &i)| frozen.get(i).copied().unwrap_or(false))
+            .map(|(position, _)| position)
+            .collect();
+        let folded_ids: Vec<FileIdentity> =
+            folded.iter().map(|&p| identity(plan.files()[p])).collect();
+        // The files the last merge folded, at their positions in this plan:
+        // if they are not these, the order of the sums changes.
+        let mut all_there = true;
+        let before = match &self.folded {
+            Some(ids) if *ids != folded_ids => {
+                let ids: rustc_hash::FxHashSet<FileIdentity> = ids.iter().copied().collect();
+                let positions: Vec<usize> = plan
+                    .files()
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, &i)| ids.contains(&identity(i)))
+                    .map(|(position, _)| position)
+                    .collect();
+                all_there = positions.len() == ids.len();
+                (positions != folded).then_some(positions)
+            }
+            _ => None,
+        };
+        let steady = (!folded.is_empty() && skipped.contains(&true))
+            .then(|| Steady::new(plan, files, frozen, skipped))
+            .flatten();
+        let old = before.map(|before| {
+            // The old order's base: the cached one (or, planned again, the
+            // last one carried to this plan, when every file it folded is
+            // still there) holds the values its files had when folded, still
+            // theirs while they stay folded; a file thawed since may have
+            // counted on or fallen, and then the base is added anew from the
+            // current values.
+            let stayed = before.iter().all(|p| folded.binary_search(p).is_ok());
+            let mut fresh = carried
+                .filter(|_| all_there && stayed)
+                .map(|state| (before.clone(), state));
+            let base = if reuse && stayed {
+                &mut self.base
+            } else {
+                &mut fresh
+            };
+            Self::evaluate_folded(base, plan, files, &before)
+        });
+        let new = Self::evaluate_folded(&mut self.base, plan, files, &folded);
+        if folded.is_empty() {
             self.base = None;
         }
-        if let Some((_, plan)) = &self.plan {
-            for &i in plan.files() {
-                merged.files_merged += 1;
-                merged.records += files[i].values.len();
+        merged.families = match (old, new) {
+            (Some(Ok(old)), Ok(mut new)) => {
+                self.floors.change_order(plan, &old.slots, &mut new.slots);
+                plan.families_of(new)
             }
-            let folded: Vec<usize> = plan
-                .files()
-                .iter()
-                .enumerate()
-                .filter(|(_, &i)| frozen.get(i).copied().unwrap_or(false))
-                .map(|(position, _)| position)
-                .collect();
-            let steady = (!folded.is_empty() && skipped.contains(&true))
-                .then(|| Steady::new(plan, files, frozen, skipped))
-                .flatten();
-            merged.families = if folded.is_empty() {
-                self.base = None;
-                plan.evaluate(|i| files[i].values).unwrap_or_default()
-            } else {
-                Self::evaluate_on_base(&mut self.base, plan, files, folded).unwrap_or_default()
-            };
-            self.steady = steady;
-        }
+            (_, Ok(mut new)) => {
+                self.floors.apply(&mut new.slots);
+                plan.families_of(new)
+            }
+            (_, Err(_)) => Vec::new(),
+        };
+        self.folded = Some(folded_ids);
+        self.steady = steady;
         merged
     }
 }

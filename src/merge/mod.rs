@@ -24,7 +24,10 @@
 //! timestamp and omits never-set series; everything keeps first-seen order.
 
 mod cache;
+mod floors;
 mod keys;
+#[cfg(test)]
+mod monotone_tests;
 mod plan;
 mod python_float;
 mod records;
@@ -33,9 +36,9 @@ mod tests;
 
 use thiserror::Error;
 
-pub use cache::{MergeInput, Merged, PlanCache};
+pub use cache::{FileIdentity, MergeInput, Merged, PlanCache};
 pub use keys::{KeyId, KeyStore};
-pub use plan::{plan, MergePlan, PlanInput, Planned, ShapeMismatch};
+pub use plan::{plan, MergePlan, Output, PlanInput, Planned, ShapeMismatch};
 pub use python_float::python_float;
 pub use records::{merge_records, RawRecord};
 

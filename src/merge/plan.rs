@@ -83,7 +83,24 @@ pub struct MergePlan {
     buckets: usize,
     accumulate: bool,
     families: Vec<PlannedFamily>,
+    /// The output slots of counters, histograms and summaries: the series
+    /// that must never go down (see [`super::floors`]).
+    monotone: Vec<u32>,
 }
+
+/// The values of a merge's output series ([`MergePlan::output`]), before
+/// they are put in families ([`MergePlan::families_of`]).
+#[derive(Debug, Clone)]
+pub struct Output {
+    /// Each output slot's value.
+    pub(super) slots: Vec<f64>,
+    /// Each slot's first store (`mostrecent` order).
+    first_store: Vec<u32>,
+}
+
+/// Names one output series across plans: its family, its sample name and
+/// its labels.
+pub(super) type SeriesId = (Arc<str>, Arc<str>, Labels);
 
 /// The running state of a [`MergePlan`] evaluation: each series' value,
 /// timestamp and first store, and the histogram buckets.
@@ -272,9 +289,15 @@ impl<'s> Builder<'s> {
         }
         builder.ops = vec![Op::Assign(0); op_index as usize];
         let mut planned = Vec::with_capacity(families.len());
+        let mut monotone = Vec::new();
         for family in &families {
-            planned.push(builder.family(family, accumulate)?);
+            let family = builder.family(family, accumulate)?;
+            if family.metric_type != MetricType::Gauge {
+                monotone.extend(family.samples.iter().map(|s| s.slot));
+            }
+            planned.push(family);
         }
+        monotone.sort_unstable();
         Ok(MergePlan {
             files: included,
             op_starts: record_counts
@@ -291,6 +314,7 @@ impl<'s> Builder<'s> {
             buckets: builder.buckets as usize,
             accumulate,
             families: planned,
+            monotone,
         })
     }
 
@@ -529,13 +553,18 @@ impl MergePlan {
 
     /// The merged families of a state every file was applied to.
     pub fn finish(&self, state: Evaluation) -> Vec<MetricFamily> {
+        self.families_of(self.output(state))
+    }
+
+    /// The output series' values of a state every file was applied to
+    /// (histograms' buckets made cumulative, their `_count` derived).
+    pub fn output(&self, state: Evaluation) -> Output {
         let Evaluation {
             mut slots,
             first_store,
             buckets,
             ..
         } = state;
-        let mut families = Vec::with_capacity(self.families.len());
         for family in &self.families {
             for histogram in &family.histograms {
                 let mut acc = 0.0f64;
@@ -551,6 +580,80 @@ impl MergePlan {
                     slots[count as usize] = acc;
                 }
             }
+        }
+        Output { slots, first_store }
+    }
+
+    /// The output slots of counters, histograms and summaries, ascending.
+    pub(super) fn monotone_slots(&self) -> &[u32] {
+        &self.monotone
+    }
+
+    /// Every output series with its slot.
+    pub(super) fn series_ids(&self) -> impl Iterator<Item = (SeriesId, u32)> + '_ {
+        self.families.iter().flat_map(|family| {
+            family.samples.iter().map(|sample| {
+                let id = (
+                    family.name.clone(),
+                    sample.name.clone(),
+                    sample.labels.clone(),
+                );
+                (id, sample.slot)
+            })
+        })
+    }
+
+    /// `state`, a state of the `old` plan, as a state of this one, for its
+    /// counters', histograms' and summaries' series (sums and bucket
+    /// accumulators; a series `old` did not have starts from 0): what
+    /// applying the same files would have given, when they are the same in
+    /// the same order. Gauges are left at their start.
+    pub(super) fn carry(&self, old: &MergePlan, state: &Evaluation) -> Evaluation {
+        let mut carried = self.start();
+        let slots: FxHashMap<SeriesId, u32> = old.series_ids().collect();
+        let mut bucket_of: FxHashMap<u32, u32> = FxHashMap::default();
+        for family in &old.families {
+            for histogram in &family.histograms {
+                bucket_of.extend(
+                    histogram
+                        .bounds
+                        .iter()
+                        .map(|&(bucket, slot)| (slot, bucket)),
+                );
+            }
+        }
+        let mut new_bucket_of: FxHashMap<u32, u32> = FxHashMap::default();
+        for family in &self.families {
+            for histogram in &family.histograms {
+                new_bucket_of.extend(
+                    histogram
+                        .bounds
+                        .iter()
+                        .map(|&(bucket, slot)| (slot, bucket)),
+                );
+            }
+        }
+        let monotone = |slot: &u32| self.monotone.binary_search(slot).is_ok();
+        for (id, slot) in self.series_ids().filter(|(_, slot)| monotone(slot)) {
+            let Some(&from) = slots.get(&id) else {
+                continue;
+            };
+            match (new_bucket_of.get(&slot), bucket_of.get(&from)) {
+                (Some(&to), Some(&from)) => {
+                    carried.buckets[to as usize] = state.buckets[from as usize]
+                }
+                (None, None) => carried.slots[slot as usize] = state.slots[from as usize],
+                _ => {}
+            }
+        }
+        carried
+    }
+
+    /// The merged families of `output`.
+    pub fn families_of(&self, output: Output) -> Vec<MetricFamily> {
+        let Output { slots, first_store } = output;
+        let mut families = Vec::with_capacity(self.families.len());
+        for family in &self.families {
             let sample = |planned: &PlannedSample| Sample {
                 name: planned.name.clone(),
                 labels: planned.labels.clone(),

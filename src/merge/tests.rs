@@ -331,7 +331,7 @@ fn folding_keeps_min_and_max_whichever_file_comes_first() {
         let frozen: Vec<bool> = (0..files.len())
             .map(|i| ((i / 5) % 2 == 0) == first_dead)
             .collect();
-        let folded = PlanCache::new().merge_folding(&mut store, &inputs(&files), &frozen, &[]);
+        let folded = PlanCache::new().merge_folding(&mut store, &inputs(&files), &frozen, &[], &[]);
         assert_eq!(
             lines(&folded.families),
             lines(&exact),
@@ -351,7 +351,7 @@ fn folded_files_give_the_same_families_and_are_applied_once() {
     // Every other process dead: the even ones' files (five each) frozen.
     let frozen: Vec<bool> = (0..files.len()).map(|i| (i / 5) % 2 == 0).collect();
     let mut cache = PlanCache::new();
-    let folded = cache.merge_folding(&mut store, &inputs(&files), &frozen, &[]);
+    let folded = cache.merge_folding(&mut store, &inputs(&files), &frozen, &[], &[]);
     assert_eq!(lines(&folded.families), lines(&exact));
     assert_eq!(folded.families, exact);
     // A frozen file's values are not read again: changing them changes
@@ -361,7 +361,7 @@ fn folded_files_give_the_same_families_and_are_applied_once() {
             value.0 += if frozen[i] { 1000.0 } else { 1.0 };
         }
     }
-    let again = cache.merge_folding(&mut store, &inputs(&files), &frozen, &[]);
+    let again = cache.merge_folding(&mut store, &inputs(&files), &frozen, &[], &[]);
     assert!(!again.replanned);
     let expected: Vec<String> = {
         let mut unchanged = files.clone();
@@ -380,7 +380,7 @@ fn folded_files_give_the_same_families_and_are_applied_once() {
     };
     assert_eq!(lines(&again.families), expected);
     // Without a frozen file the merge is in file order again.
-    let none = cache.merge_folding(&mut store, &inputs(&files), &[], &[]);
+    let none = cache.merge_folding(&mut store, &inputs(&files), &[], &[], &[]);
     assert_eq!(
         lines(&none.families),
         lines(&PlanCache::new().merge(&mut store, &inputs(&files)).families)
@@ -397,9 +397,9 @@ fn a_steady_merge_leaves_the_skipped_files_out_and_gives_the_same_families() {
     let frozen: Vec<bool> = (0..files.len()).map(|i| (i / 5) % 2 == 0).collect();
     let mut cache = PlanCache::new();
     // Nothing skipped: no steady merge.
-    cache.merge_folding(&mut store, &inputs(&files), &frozen, &[]);
+    cache.merge_folding(&mut store, &inputs(&files), &frozen, &[], &[]);
     assert!(cache.merge_steady(&inputs(&files)).is_none());
-    let full = cache.merge_folding(&mut store, &inputs(&files), &frozen, &frozen);
+    let full = cache.merge_folding(&mut store, &inputs(&files), &frozen, &frozen, &[]);
     let live = |files: &[Interned]| -> Vec<Interned> {
         files
             .iter()

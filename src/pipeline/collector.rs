@@ -4,7 +4,7 @@
 use super::compaction::{Candidate, CompactionReport, Compactor};
 use super::lifecycle::{sort_out, SkippedShare, WriterReport};
 use super::per_writer::PerWriter;
-use crate::merge::{KeyStore, MergeInput, Merged, PlanCache};
+use crate::merge::{FileIdentity, KeyStore, MergeInput, Merged, PlanCache};
 use crate::model::MetricFamily;
 use crate::source::link_policy::LinkPolicy;
 use crate::source::writers::evidence::Evidence;
@@ -402,7 +402,8 @@ impl Collector {
     fn prepare(&mut self, inputs: &[Input]) -> CompactionReport {
         if std::mem::take(&mut self.rebuild) {
             self.merging.store = KeyStore::new();
-            self.merging.plans = PlanCache::new();
+            // (What keeps the served totals monotone stays.)
+            self.merging.plans.rebuild();
             self.last_merge = None;
             self.reader.forget_files();
             self.fresh_store_bytes = None;
@@ -655,9 +656,13 @@ impl Merging {
         let inputs: Vec<MergeInput<'_>> = all.iter().map(|(f, _, _)| f.merge).collect();
         let frozen: Vec<bool> = all.iter().map(|(_, fold, _)| *fold).collect();
         let is_skipped: Vec<bool> = all.iter().map(|(_, _, s)| *s).collect();
-        let merged = self
-            .plans
-            .merge_folding(&mut self.store, &inputs, &frozen, &is_skipped);
+        let identities: Vec<FileIdentity> = all
+            .iter()
+            .map(|(f, _, _)| (f.identity.0, f.identity.1, f.born.to_bits()))
+            .collect();
+        let merged =
+            self.plans
+                .merge_folding(&mut self.store, &inputs, &frozen, &is_skipped, &identities);
         let mut skipped_problems = Vec::new();
         for (i, error) in merged.excluded.iter() {
             let (file, _, skipped) = all[*i];

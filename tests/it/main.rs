@@ -23,6 +23,7 @@ mod architecture;
 mod discover;
 mod least_privilege;
 mod live_writers;
+mod monotone_sums;
 mod reader;
 mod robustness;
 mod writers;

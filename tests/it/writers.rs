@@ -396,7 +396,7 @@ fn env_or(name: &str, default: usize) -> usize {
 
 /// Counter-like series of a text exposition (counters, buckets, counts and
 /// sums), without the exporter's self-metrics.
-fn monotone(body: &str) -> Vec<(String, f64)> {
+pub(crate) fn monotone(body: &str) -> Vec<(String, f64)> {
     let mut out = Vec::new();
     let mut monotone = false;
     for line in merged_part(body).lines() {
