@@ -54,15 +54,19 @@ const NO_RECORDED_VALUE: u32 = DataPointFlags::NoRecordedValueMask as u32;
 
 /// Start times of the cumulative series across collections, as OTLP's
 /// data model says for an unknown start: `_created` where served; else a
-/// series present at the first collection has start = time on its first
+/// series present at the first collection (or first seen before any
+/// complete collection: [`collect_partial`]) has start = time on its first
 /// point (it claims nothing before it was seen: a restart of the exporter
 /// never puts a counter's whole value in one interval); a series born
-/// later (first seen in a later collection, or back after it was absent
-/// from the previous one) starts at the previous collection's time (all of
+/// later (first seen after a complete collection, or back after it was
+/// absent from one) starts at the last complete collection's time (all of
 /// its value was counted since then); later points keep that start until a
 /// reset (a decrease of a monotonic sum or of a histogram's or summary's
-/// count; a decrease of an info or stateset series is a change, not a
-/// reset), whose point starts at the previous collection's time.
+/// count in a complete collection; a decrease of an info or stateset
+/// series is a change, not a reset), whose point starts just after the
+/// previous collection (1 ns after its time). A series missing from an incomplete collection is
+/// not gone, and one that went down in it is missing a part (its point is
+/// left out).
 /// With [`Temporality::Delta`], monotonic sums and histograms are
 /// collected with their cumulative values and each series' run (its start,
 /// whether its first value is sent whole, else the value the deltas start
@@ -77,9 +81,11 @@ pub struct StartTimes {
     started: u64,
     temporality: Temporality,
     previous_time: u64,
-    /// Whether a collection was made: a series first seen after that was
-    /// born while the exporter watched.
-    collected: bool,
+    /// The time of the last complete collection, if any: a series first
+    /// seen after it was born since (absent from it), while the exporter
+    /// watched; a series first seen before any complete one may have been
+    /// missing from the incomplete ones, and claims nothing before it.
+    complete_time: Option<u64>,
     series: HashMap<String, Track>,
     /// The runs of the delta series, shared with the collections queued
     /// (copied on write: a collection with no new run shares the previous
@@ -164,7 +170,7 @@ impl StartTimes {
             started,
             temporality,
             previous_time: started,
-            collected: false,
+            complete_time: None,
             series: HashMap::new(),
             runs: Runs::default(),
             complete: true,
@@ -198,18 +204,23 @@ impl StartTimes {
                 } else {
                     Origin::Same
                 };
-                if origin != Origin::Same {
-                    track.start = self.previous_time;
+                match origin {
+                    Origin::Born => track.start = self.complete_time.unwrap_or(self.previous_time),
+                    // Just after the previous collection: a start of its
+                    // own even when the old one was that collection's time
+                    // (a series present at the first collection starts at
+                    // its first point's time).
+                    Origin::Reset => track.start = self.previous_time + 1,
+                    _ => {}
                 }
                 track.last = value;
                 track.seen = true;
                 (track.start, origin)
             }
             None => {
-                let (start, origin) = if self.collected {
-                    (self.previous_time, Origin::Born)
-                } else {
-                    (time, Origin::First)
+                let (start, origin) = match self.complete_time {
+                    Some(complete) => (complete, Origin::Born),
+                    None => (time, Origin::First),
                 };
                 self.series.insert(
                     key.to_owned(),
@@ -338,7 +349,9 @@ impl StartTimes {
         }
         gone.sort_by(|a, b| a.name.cmp(&b.name));
         self.previous_time = time;
-        self.collected = true;
+        if self.complete {
+            self.complete_time = Some(time);
+        }
         gone
     }
 }

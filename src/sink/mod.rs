@@ -13,6 +13,8 @@ mod client;
 pub(crate) mod metrics;
 mod protocol;
 pub mod push;
+#[cfg(test)]
+mod push_model_tests;
 mod queue;
 #[cfg(test)]
 mod rig;

@@ -132,7 +132,11 @@ pub(super) enum Encoder {
 }
 
 impl Encoder {
-    pub(super) fn new(protocol: Protocol, started_nanos: u64, temporality: otlp::Temporality) -> Self {
+    pub(super) fn new(
+        protocol: Protocol,
+        started_nanos: u64,
+        temporality: otlp::Temporality,
+    ) -> Self {
         match protocol {
             Protocol::RemoteWrite => Self::RemoteWrite { last_timestamp: 0 },
             Protocol::Otlp => Self::Otlp(

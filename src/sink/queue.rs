@@ -109,6 +109,16 @@ impl Items {
         bytes
     }
 
+    /// The memory of the largest batch (its runs counted whole).
+    #[cfg(test)]
+    pub(super) fn largest(&self) -> usize {
+        self.batches
+            .iter()
+            .map(|b| b.body_bytes() + b.runs().map_or(0, |r| r.0))
+            .max()
+            .unwrap_or(0)
+    }
+
     /// The batches that may be dropped (all but the one attempted).
     fn waiting(&self) -> usize {
         self.batches.len() - usize::from(self.attempted_index().is_some())

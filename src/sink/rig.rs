@@ -74,10 +74,7 @@ impl Rig {
     pub(super) fn request(&mut self) -> Option<Bytes> {
         loop {
             let batch = self.queue.take_front()?;
-            if self
-                .sender
-                .prepare_now(&batch, &self.queue, &self.metrics)
-            {
+            if self.sender.prepare_now(&batch, &self.queue, &self.metrics) {
                 return self.sender.prepared.as_ref().map(|p| p.made.body.clone());
             }
         }
@@ -151,8 +148,16 @@ pub(super) fn counter(values: &[(&str, f64)]) -> MetricFamily {
 pub(super) fn histogram(values: &[(&str, f64, f64, f64)]) -> MetricFamily {
     let mut samples = Vec::new();
     for &(route, below, count, sum) in values {
-        samples.push(sample("h_bucket", &[("route", route), ("le", "1.0")], below));
-        samples.push(sample("h_bucket", &[("route", route), ("le", "+Inf")], count));
+        samples.push(sample(
+            "h_bucket",
+            &[("route", route), ("le", "1.0")],
+            below,
+        ));
+        samples.push(sample(
+            "h_bucket",
+            &[("route", route), ("le", "+Inf")],
+            count,
+        ));
         samples.push(sample("h_count", &[("route", route)], count));
         samples.push(sample("h_sum", &[("route", route)], sum));
     }

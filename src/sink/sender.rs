@@ -151,10 +151,9 @@ impl Sender {
         }
         let convert = self.convert;
         let deltas = self.deltas.clone();
-        let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            convert(&deltas, batch)
-        }))
-        .unwrap_or_else(|_| Err("the conversion panicked".to_owned()));
+        let made =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| convert(&deltas, batch)))
+                .unwrap_or_else(|_| Err("the conversion panicked".to_owned()));
         self.made(batch, made, queue, metrics)
     }
 
@@ -175,7 +174,12 @@ impl Sender {
         let protocol = self.protocol;
         match result {
             Ok(answer) => {
-                metrics.sent(prepared.made.samples, prepared.made.body.len(), now, seconds);
+                metrics.sent(
+                    prepared.made.samples,
+                    prepared.made.body.len(),
+                    now,
+                    seconds,
+                );
                 if let Some(converted) = prepared.made.converted.take() {
                     self.deltas = Arc::new(otlp::Deltas::accepted(converted));
                 }

@@ -101,7 +101,11 @@ fn asked_to_wait_followed_the_raw_retry_after_past_its_cap() {
     rig.collect(&[counter(&[("/a", 1.0)])], T0 + 1.0, true);
     rig.request().unwrap();
     let step = rig.answer(
-        Err(status(Protocol::RemoteWrite, 429, Some(Duration::from_secs(60)))),
+        Err(status(
+            Protocol::RemoteWrite,
+            429,
+            Some(Duration::from_secs(60)),
+        )),
         T0 + 1.0,
     );
     assert!(
@@ -263,8 +267,7 @@ fn an_upstream_blip_resent_the_whole_series() {
                 assert_eq!(delta_sum(&all, "h "), 50.0, "{all:?}");
             }
             Temporality::Cumulative => {
-                let starts: std::collections::HashSet<u64> =
-                    all.iter().map(|p| p.start).collect();
+                let starts: std::collections::HashSet<u64> = all.iter().map(|p| p.start).collect();
                 assert_eq!(starts.len(), 1, "{all:?}");
             }
         }
@@ -378,5 +381,8 @@ fn the_delta_queue_grew_without_bound_while_the_receiver_refused() {
     assert!(rig.queue.lock().batches.len() < 399, "{text}");
     all.extend(accept_all(&mut rig, T0 + 401.0));
     // Every series' deltas add up to its change since the first collection.
-    assert_eq!(delta_sum(&all, "c_total route=") , (0..300).map(|i| (399 * (i + 1)) as f64).sum::<f64>());
+    assert_eq!(
+        delta_sum(&all, "c_total route="),
+        (0..300).map(|i| (399 * (i + 1)) as f64).sum::<f64>()
+    );
 }
