@@ -40,8 +40,9 @@ use crate::expose::remote_write;
 
 const WRITERS: usize = 3;
 const T0: f64 = 1_700_000_000.0;
-/// Small, so that the bound is reached.
-const MAX_BYTES: usize = 3 << 10;
+/// Small, so that the bound is reached (before the capacity, mostly).
+const MAX_BYTES: usize = 2 << 10;
+const CAPACITY: usize = 12;
 /// The upstream's series start high (issue 54's blip: a series at
 /// 1,000,000 pushed again whole).
 const UPSTREAM_START: u64 = 1_000_000;
@@ -233,6 +234,11 @@ impl Store {
     fn otlp(&mut self, body: &[u8]) {
         for p in points(body) {
             if p.flagged {
+                // A vanished series' point carries its stream's start.
+                assert!(
+                    p.start > 0 && p.start < p.time,
+                    "a NO_RECORDED_VALUE point without a start: {p:?}"
+                );
                 continue;
             }
             let key = (p.series.clone(), p.start, p.time);
@@ -538,7 +544,7 @@ impl StateMachineTest for PushPath {
                 protocol,
                 temporality,
                 T0,
-                4,
+                CAPACITY,
                 MAX_BYTES,
                 Duration::from_secs(600),
             )
