@@ -7,8 +7,11 @@
 //! serves (self-metrics included unless `--web.disable-exporter-metrics`),
 //! become one request per destination ([`crate::expose::remote_write`],
 //! [`crate::expose::otlp`]) stamped with the collection's time, compressed,
-//! and put in that destination's bounded queue of `--push.queue-capacity`
-//! collections. Each destination's sender sends its queue oldest first, one
+//! and put in that destination's queue, bounded in collections
+//! (`--push.queue-capacity`) and in bytes (`--push.queue-max-bytes`;
+//! `queue.rs`). The collection knows whether every source answered in full
+//! ([`super::Collection::complete`]): a series missing from an incomplete
+//! one is not gone (`otlp::collect_partial`). Each destination's sender sends its queue oldest first, one
 //! collection per request, so each series gets its samples in timestamp
 //! order (Prometheus rejects a whole request with an out-of-order sample).
 //! Never more than one request is in flight per destination.
@@ -36,17 +39,25 @@
 //! and logged. When a queue is full the oldest collection makes room for
 //! the newest and is counted as dropped. One log line per change of state
 //! (sending ↔ failing with another reason or status, the queue starting to
-//! overflow, a new partial-success message), not one per attempt.
+//! overflow, a new partial-success message), not one per attempt. The
+//! sender's decisions are made without I/O and without a clock
+//! (`sender.rs`), which the tests drive (`rig.rs`, the push model).
+//!
+//! A request, once made, is immutable: it is sent again byte for byte until
+//! it is answered, and never dropped while the receiver may have stored it
+//! (at least once; a duplicate is identical, so a store keyed by series and
+//! timestamp keeps one copy).
 //!
 //! With `--push.otlp-temporality=delta` the OTLP queue holds collections
-//! with cumulative values, and the sender converts each when it sends it,
+//! with cumulative values (gzipped: `otlp::Stored`), and the sender converts each when it sends it,
 //! against the values the receiver last accepted (`otlp::Deltas`, owned by
 //! the sender and changed only by an accepted request; a partial success
 //! is an acceptance): the change of a collection dropped or failed is
 //! carried into the next request accepted.
 //!
-//! At shutdown one last collection is queued and the senders get
-//! `--push.flush-deadline` to send what is queued: after a failure, a
+//! At shutdown one last collection is queued (the one running, else a new
+//! one, raced against the deadline: a slow source cannot hold the exit up)
+//! and the senders get `--push.flush-deadline` to send what is queued: after a failure, a
 //! sender makes one more attempt when the wait in force (backoff or
 //! `Retry-After`) ends before the deadline, and none otherwise. What is left
 //! is logged once and counted as dropped (`shutdown`).
@@ -426,10 +437,15 @@ async fn send<F: Feed>(
             // the task has a copy of the accepted values' handle.
             let convert = sender.convert;
             let deltas = sender.deltas.clone();
-            let taken = batch.clone();
-            let made = tokio::task::spawn_blocking(move || convert(&deltas, &taken))
-                .await
-                .unwrap_or_else(|e| Err(format!("the conversion failed: {e}")));
+            let made = match &batch.payload {
+                Payload::Encoded(_) => convert(&deltas, &batch),
+                Payload::Delta(_) => {
+                    let taken = batch.clone();
+                    tokio::task::spawn_blocking(move || convert(&deltas, &taken))
+                        .await
+                        .unwrap_or_else(|e| Err(format!("the conversion failed: {e}")))
+                }
+            };
             if !sender.made(&batch, made, &queue, metrics) {
                 continue;
             }

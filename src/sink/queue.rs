@@ -8,9 +8,9 @@
 //!
 //! The collector drops the oldest waiting collections to stay within the
 //! bounds (counted by reason, logged once per episode); never the newest,
-//! and never the one the sender has sent at least once: the receiver may
-//! have stored it (an answer after `--push.timeout`), so it is sent again
-//! identical until it is answered. With delta temporality nothing a drop
+//! and never the one the sender is sending, or has sent when the receiver
+//! may have stored it (no answer within `--push.timeout`, a connection
+//! lost): it is sent again identical until it is answered. With delta temporality nothing a drop
 //! loses is a value: the next collection sent carries the change, taken
 //! from what the receiver accepted.
 
