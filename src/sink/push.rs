@@ -340,9 +340,11 @@ async fn run<F: Feed>(
     }
 }
 
-/// A collection running on the blocking pool: the encoders back, with one
-/// payload per destination.
-type Running = tokio::task::JoinHandle<(Vec<Encoder>, Vec<(Payload, usize)>)>;
+/// A collection made: the encoders back, with one payload per destination.
+type Made = (Vec<Encoder>, Vec<(Payload, usize)>);
+
+/// A collection running on the blocking pool.
+type Running = tokio::task::JoinHandle<Made>;
 
 /// Makes the batches.
 struct Collector<F> {
@@ -377,7 +379,7 @@ impl<F: Feed> Collector<F> {
     /// Queues a finished collection's batches.
     fn finish(
         &mut self,
-        made: Result<(Vec<Encoder>, Vec<(Payload, usize)>), tokio::task::JoinError>,
+        made: Result<Made, tokio::task::JoinError>,
         destinations: &[Destination],
     ) {
         let (encoders, payloads) = match made {
