@@ -377,11 +377,7 @@ impl<F: Feed> Collector<F> {
     }
 
     /// Queues a finished collection's batches.
-    fn finish(
-        &mut self,
-        made: Result<Made, tokio::task::JoinError>,
-        destinations: &[Destination],
-    ) {
+    fn finish(&mut self, made: Result<Made, tokio::task::JoinError>, destinations: &[Destination]) {
         let (encoders, payloads) = match made {
             Ok(made) => made,
             Err(e) => {

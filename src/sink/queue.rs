@@ -172,36 +172,51 @@ impl Queue {
         }
         items.batches.push_back(batch);
         while items.waiting() > self.capacity {
-            let Some(samples) = items.drop_oldest_waiting() else {
+            if !self.drop_oldest(&mut items, DropReason::QueueFull, metrics) {
                 break;
-            };
-            metrics.dropped(DropReason::QueueFull, samples);
-            if !items.overflowing {
-                items.overflowing = true;
-                tracing::warn!(
-                    protocol = self.protocol.label(),
-                    queue_capacity = self.capacity,
-                    "The push queue is full: dropping the oldest collections until the receiver takes them again."
-                );
             }
         }
         while items.waiting() > 1 && items.bytes() > self.max_bytes {
-            let Some(samples) = items.drop_oldest_waiting() else {
+            if !self.drop_oldest(&mut items, DropReason::MemoryLimit, metrics) {
                 break;
-            };
-            metrics.dropped(DropReason::MemoryLimit, samples);
-            if !items.over_bytes {
-                items.over_bytes = true;
-                tracing::warn!(
-                    protocol = self.protocol.label(),
-                    queue_max_bytes = self.max_bytes,
-                    "The push queue reached --push.queue-max-bytes: dropping the oldest collections until the receiver takes them again."
-                );
             }
         }
         Self::measure(&items, metrics);
         drop(items);
         self.queued.notify_one();
+    }
+
+    /// Drops the oldest waiting batch for `reason` (a full queue, or its
+    /// bytes), logging the first drop of an episode; whether one was.
+    fn drop_oldest(
+        &self,
+        items: &mut Items,
+        reason: DropReason,
+        metrics: &DestinationMetrics,
+    ) -> bool {
+        let Some(samples) = items.drop_oldest_waiting() else {
+            return false;
+        };
+        metrics.dropped(reason, samples);
+        let logged = match reason {
+            DropReason::MemoryLimit => &mut items.over_bytes,
+            _ => &mut items.overflowing,
+        };
+        if !std::mem::replace(logged, true) {
+            match reason {
+                DropReason::MemoryLimit => tracing::warn!(
+                    protocol = self.protocol.label(),
+                    queue_max_bytes = self.max_bytes,
+                    "The push queue reached --push.queue-max-bytes: dropping the oldest collections until the receiver takes them again."
+                ),
+                _ => tracing::warn!(
+                    protocol = self.protocol.label(),
+                    queue_capacity = self.capacity,
+                    "The push queue is full: dropping the oldest collections until the receiver takes them again."
+                ),
+            }
+        }
+        true
     }
 
     /// The front batch, taken by the sender (kept until it is answered).

@@ -18,15 +18,20 @@ fn ns(t: f64) -> u64 {
     (t * 1e9) as u64
 }
 
-fn delta_rig() -> Rig {
+/// An OTLP destination with `temporality` and the default bounds.
+fn otlp_rig(temporality: Temporality) -> Rig {
     Rig::new(
         Protocol::Otlp,
-        Temporality::Delta,
+        temporality,
         T0,
         240,
         4 << 20,
         Duration::from_secs(600),
     )
+}
+
+fn delta_rig() -> Rig {
+    otlp_rig(Temporality::Delta)
 }
 
 /// Sends every queued request, each accepted; their points.
@@ -67,14 +72,7 @@ fn vanished_series_points_had_start_time_zero() {
     assert!(gone[0].flagged && gone[0].delta, "{gone:?}");
     assert_eq!((gone[0].start, gone[0].time), (ns(T0 + 2.0), ns(T0 + 3.0)));
 
-    let mut rig = Rig::new(
-        Protocol::Otlp,
-        Temporality::Cumulative,
-        T0,
-        240,
-        4 << 20,
-        Duration::from_secs(600),
-    );
+    let mut rig = otlp_rig(Temporality::Cumulative);
     rig.collect(&[counter(&[("/a", 1.0)])], T0 + 1.0, true);
     rig.collect(&[counter(&[("/a", 3.0)])], T0 + 2.0, true);
     rig.collect(&[counter(&[])], T0 + 3.0, true);
@@ -239,14 +237,7 @@ fn a_request_the_receiver_may_have_stored_was_dropped_and_replaced() {
 #[test]
 fn an_upstream_blip_resent_the_whole_series() {
     for temporality in [Temporality::Delta, Temporality::Cumulative] {
-        let mut rig = Rig::new(
-            Protocol::Otlp,
-            temporality,
-            T0,
-            240,
-            4 << 20,
-            Duration::from_secs(600),
-        );
+        let mut rig = otlp_rig(temporality);
         let mut all = Vec::new();
         for i in 0..6 {
             let t = T0 + 1.0 + i as f64;
@@ -282,14 +273,7 @@ fn an_upstream_blip_resent_the_whole_series() {
 #[test]
 fn a_file_that_failed_to_read_once_was_taken_for_a_reset() {
     for temporality in [Temporality::Delta, Temporality::Cumulative] {
-        let mut rig = Rig::new(
-            Protocol::Otlp,
-            temporality,
-            T0,
-            240,
-            4 << 20,
-            Duration::from_secs(600),
-        );
+        let mut rig = otlp_rig(temporality);
         let both = |a: f64, b: f64| {
             [
                 counter(&[("/a", a + b)]),
