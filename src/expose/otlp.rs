@@ -312,10 +312,19 @@ impl StartTimes {
     fn finish(&mut self, time: u64) -> Vec<Stale> {
         let mut gone = Vec::new();
         let mut kept_gone = 0;
+        // Missing series are kept within a bound, as vanished ones are: a
+        // source that never answers in full (a pod always capped) cannot
+        // make the state grow with every series that went away meanwhile.
+        let missing = self
+            .series
+            .values()
+            .filter(|t| !t.seen && !t.gone)
+            .count();
+        let keep_missing = !self.complete && missing <= GONE_KEPT + self.series.len() / 2;
         for (key, track) in self.series.iter_mut() {
             if std::mem::take(&mut track.seen) {
                 track.gone = false;
-            } else if !self.complete && !track.gone {
+            } else if keep_missing && !track.gone {
                 // Missing, not gone: its source did not answer in full.
             } else if !track.gone {
                 track.gone = true;
