@@ -315,11 +315,7 @@ impl StartTimes {
         // Missing series are kept within a bound, as vanished ones are: a
         // source that never answers in full (a pod always capped) cannot
         // make the state grow with every series that went away meanwhile.
-        let missing = self
-            .series
-            .values()
-            .filter(|t| !t.seen && !t.gone)
-            .count();
+        let missing = self.series.values().filter(|t| !t.seen && !t.gone).count();
         let keep_missing = !self.complete && missing <= GONE_KEPT + self.series.len() / 2;
         for (key, track) in self.series.iter_mut() {
             if std::mem::take(&mut track.seen) {
