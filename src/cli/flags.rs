@@ -418,6 +418,21 @@ pub struct PushFlags {
         default_value_t = 240
     )]
     pub queue_capacity: usize,
+    /// The most memory a destination's waiting collections may take (their
+    /// compressed requests; with --push.otlp-temporality=delta, with the
+    /// state their deltas start from), however long the outage: past it
+    /// the oldest are dropped and counted
+    /// (multiproc_exporter_push_collections_dropped_total{reason="memory_limit"});
+    /// with delta temporality the next request sent still carries their
+    /// change. A size such as `4MiB` or `512KiB`; the newest collection is
+    /// always kept.
+    #[arg(
+        long = "push.queue-max-bytes",
+        env = "MULTIPROC_EXPORTER_PUSH_QUEUE_MAX_BYTES",
+        value_name = "SIZE",
+        default_value = "4MiB"
+    )]
+    pub queue_max_bytes: String,
     /// The first wait before retrying a failed request; it doubles, with
     /// jitter, up to --push.max-backoff (Prometheus's remote-write
     /// min_backoff default).

@@ -132,6 +132,9 @@ fn memory_budget(flag: &str) -> Result<Option<usize>, String> {
     Ok((bytes > 0).then(|| usize::try_from(bytes).unwrap_or(usize::MAX)))
 }
 
+/// `--push.queue-max-bytes`'s default.
+const DEFAULT_PUSH_QUEUE_MAX_BYTES: usize = 4 << 20;
+
 /// A size with an optional unit: `B`, decimal `kB`/`KB`, `MB`, `GB`, `TB`
 /// or binary `KiB`, `MiB`, `GiB`, `TiB` (hand-written: one flag does not
 /// justify a dependency).
@@ -437,6 +440,16 @@ impl PushFlags {
         if self.queue_capacity == 0 {
             return Err("--push.queue-capacity must be at least 1.".to_owned());
         }
+        let queue_max_bytes = match self.queue_max_bytes.trim() {
+            "" => DEFAULT_PUSH_QUEUE_MAX_BYTES,
+            text => parse_size(text)
+                .map(|b| usize::try_from(b).unwrap_or(usize::MAX))
+                .ok_or_else(|| {
+                    format!(
+                        "Invalid --push.queue-max-bytes {text:?}: write a size such as 4MiB or 512KiB."
+                    )
+                })?,
+        };
         let mut labels: Vec<(String, String)> = Vec::new();
         for label in &self.labels {
             let Some((name, value)) = label.split_once('=') else {
@@ -485,6 +498,7 @@ impl PushFlags {
             interval: self.interval,
             timeout: self.timeout,
             queue_capacity: self.queue_capacity,
+            queue_max_bytes,
             min_backoff: self.min_backoff,
             max_backoff: self.max_backoff,
             max_retry_after: self.max_retry_after,
@@ -651,6 +665,7 @@ mod tests {
         assert!(wrong(|f| f.labels = vec!["__x=1".into()]).contains("reserved"));
         assert!(wrong(|f| f.labels = vec!["a-b=1".into()]).contains("--push.label"));
         assert!(wrong(|f| f.queue_capacity = 0).contains("--push.queue-capacity"));
+        assert!(wrong(|f| f.queue_max_bytes = "lots".into()).contains("--push.queue-max-bytes"));
         assert!(wrong(|f| f.interval = Duration::ZERO).contains("--push.interval"));
         assert!(wrong(|f| f.basic_auth_username = Some("u".into())).contains("not both"));
         assert!(wrong(|f| {

@@ -54,15 +54,19 @@ const NO_RECORDED_VALUE: u32 = DataPointFlags::NoRecordedValueMask as u32;
 
 /// Start times of the cumulative series across collections, as OTLP's
 /// data model says for an unknown start: `_created` where served; else a
-/// series present at the first collection has start = time on its first
+/// series present at the first collection (or first seen before any
+/// complete collection: [`collect_partial`]) has start = time on its first
 /// point (it claims nothing before it was seen: a restart of the exporter
 /// never puts a counter's whole value in one interval); a series born
-/// later (first seen in a later collection, or back after it was absent
-/// from the previous one) starts at the previous collection's time (all of
+/// later (first seen after a complete collection, or back after it was
+/// absent from one) starts at the last complete collection's time (all of
 /// its value was counted since then); later points keep that start until a
 /// reset (a decrease of a monotonic sum or of a histogram's or summary's
-/// count; a decrease of an info or stateset series is a change, not a
-/// reset), whose point starts at the previous collection's time.
+/// count in a complete collection; a decrease of an info or stateset
+/// series is a change, not a reset), whose point starts just after the
+/// previous collection (1 ns after its time). A series missing from an incomplete collection is
+/// not gone, and one that went down in it is missing a part (its point is
+/// left out).
 /// With [`Temporality::Delta`], monotonic sums and histograms are
 /// collected with their cumulative values and each series' run (its start,
 /// whether its first value is sent whole, else the value the deltas start
@@ -77,12 +81,19 @@ pub struct StartTimes {
     started: u64,
     temporality: Temporality,
     previous_time: u64,
-    /// Whether a collection was made: a series first seen after that was
-    /// born while the exporter watched.
-    collected: bool,
+    /// The time of the last complete collection, if any: a series first
+    /// seen after it was born since (absent from it), while the exporter
+    /// watched; a series first seen before any complete one may have been
+    /// missing from the incomplete ones, and claims nothing before it.
+    complete_time: Option<u64>,
     series: HashMap<String, Track>,
-    /// The runs of the delta series of the collection being made.
-    runs: HashMap<String, Arc<Run>>,
+    /// The runs of the delta series, shared with the collections queued
+    /// (copied on write: a collection with no new run shares the previous
+    /// one's map).
+    runs: Runs,
+    /// Whether the collection being made is complete (every source
+    /// answered in full): see [`collect_partial`].
+    complete: bool,
 }
 
 /// How monotonic sums and histograms are sent (`--push.otlp-temporality`).
@@ -122,6 +133,9 @@ enum Origin {
     Born,
     /// Its cumulative value went down.
     Reset,
+    /// Its cumulative value went down in an incomplete collection: a part
+    /// of it is missing; its point is left out.
+    Partial,
     /// As at the previous collection.
     Same,
 }
@@ -156,9 +170,10 @@ impl StartTimes {
             started,
             temporality,
             previous_time: started,
-            collected: false,
+            complete_time: None,
             series: HashMap::new(),
-            runs: HashMap::new(),
+            runs: Runs::default(),
+            complete: true,
         }
     }
 
@@ -178,22 +193,34 @@ impl StartTimes {
                 let origin = if track.gone {
                     Origin::Born
                 } else if monotonic && value < track.last {
+                    if !self.complete {
+                        // A part of it is missing (a source that failed to
+                        // answer in full): not a reset; the point is left
+                        // out and the series keeps its state.
+                        track.seen = true;
+                        return (track.start, Origin::Partial);
+                    }
                     Origin::Reset
                 } else {
                     Origin::Same
                 };
-                if origin != Origin::Same {
-                    track.start = self.previous_time;
+                match origin {
+                    Origin::Born => track.start = self.complete_time.unwrap_or(self.previous_time),
+                    // Just after the previous collection: a start of its
+                    // own even when the old one was that collection's time
+                    // (a series present at the first collection starts at
+                    // its first point's time).
+                    Origin::Reset => track.start = self.previous_time + 1,
+                    _ => {}
                 }
                 track.last = value;
                 track.seen = true;
                 (track.start, origin)
             }
             None => {
-                let (start, origin) = if self.collected {
-                    (self.previous_time, Origin::Born)
-                } else {
-                    (time, Origin::First)
+                let (start, origin) = match self.complete_time {
+                    Some(complete) => (complete, Origin::Born),
+                    None => (time, Origin::First),
                 };
                 self.series.insert(
                     key.to_owned(),
@@ -228,18 +255,16 @@ impl StartTimes {
     /// first value as its first delta), rather than only setting the value
     /// the deltas start from: when it started while the exporter watched
     /// (its `_created` is after pushing started; without one, it was born
-    /// after the first collection), and after a histogram's reset, as
-    /// `cumulativetodelta` sends it. A counter's reset, and a series present
-    /// at the first collection, only set the value.
-    fn whole(&self, origin: Origin, created: u64, histogram: bool) -> bool {
+    /// after the first collection). A reset (in multiprocess mode, a
+    /// writer's files removed from a merged series), counters and
+    /// histograms alike, and a series present at the first collection only
+    /// set the value: a reset never re-sends the rest of the series' value
+    /// (docs/sources.md, "A merged series losing a writer").
+    fn whole(&self, origin: Origin, created: u64) -> bool {
         if created != 0 {
             return created >= self.started;
         }
-        match origin {
-            Origin::Born => true,
-            Origin::Reset => histogram,
-            Origin::First | Origin::Same => false,
-        }
+        origin == Origin::Born
     }
 
     /// Notes the run of the delta series `key` whose point starts at
@@ -256,7 +281,7 @@ impl StartTimes {
             }));
         }
         if let Some(run) = &track.run {
-            self.runs.insert(key.to_owned(), run.clone());
+            self.runs.set(key, run);
         }
     }
 
@@ -282,16 +307,44 @@ impl StartTimes {
 
     /// The stale points of the series not seen since the last call (once
     /// per disappearance), at `time`.
+    /// A series absent from an incomplete collection is not gone: it keeps
+    /// its state (start, run), and its next point continues from it.
     fn finish(&mut self, time: u64) -> Vec<Stale> {
         let mut gone = Vec::new();
         let mut kept_gone = 0;
-        for track in self.series.values_mut() {
+        // Missing series are kept within a bound, as vanished ones are: a
+        // source that never answers in full (a pod always capped) cannot
+        // make the state grow with every series that went away meanwhile.
+        let missing = self.series.values().filter(|t| !t.seen && !t.gone).count();
+        let keep_missing = !self.complete && missing <= GONE_KEPT + self.series.len() / 2;
+        for (key, track) in self.series.iter_mut() {
             if std::mem::take(&mut track.seen) {
                 track.gone = false;
+            } else if keep_missing && !track.gone {
+                // Missing, not gone: its source did not answer in full.
             } else if !track.gone {
                 track.gone = true;
                 track.run = None;
-                gone.push(track.stale.clone());
+                self.runs.remove(key);
+                let mut stale = track.stale.clone();
+                // The stream's start (a cumulative point's; a delta point's
+                // is the last accepted point's time, set when converted).
+                match &mut stale.point {
+                    StalePoint::Gauge(p) => p.time_unix_nano = time,
+                    StalePoint::Sum(p, _) => {
+                        p.time_unix_nano = time;
+                        p.start_time_unix_nano = track.start.min(time);
+                    }
+                    StalePoint::Histogram(p) => {
+                        p.time_unix_nano = time;
+                        p.start_time_unix_nano = track.start.min(time);
+                    }
+                    StalePoint::Summary(p) => {
+                        p.time_unix_nano = time;
+                        p.start_time_unix_nano = track.start.min(time);
+                    }
+                }
+                gone.push(stale);
             } else {
                 kept_gone += 1;
             }
@@ -299,16 +352,11 @@ impl StartTimes {
         if kept_gone > GONE_KEPT + self.series.len() / 2 {
             self.series.retain(|_, track| !track.gone);
         }
-        for stale in &mut gone {
-            match &mut stale.point {
-                StalePoint::Gauge(p) | StalePoint::Sum(p, _) => p.time_unix_nano = time,
-                StalePoint::Histogram(p) => p.time_unix_nano = time,
-                StalePoint::Summary(p) => p.time_unix_nano = time,
-            }
-        }
         gone.sort_by(|a, b| a.name.cmp(&b.name));
         self.previous_time = time;
-        self.collected = true;
+        if self.complete {
+            self.complete_time = Some(time);
+        }
         gone
     }
 }
@@ -337,6 +385,24 @@ pub fn collect(
     resource: &[(String, String)],
     starts: &mut StartTimes,
 ) -> Collected {
+    collect_partial(families, time, resource, starts, true)
+}
+
+/// [`collect`], telling whether the collection is `complete`: when a
+/// source failed to answer in full (an upstream's error or timeout, a file
+/// that failed to read, a late, capped or budget-cut part), a series
+/// absent from it is missing, not gone (no `NO_RECORDED_VALUE`; it keeps
+/// its start, and with delta temporality its accepted value), and a
+/// monotonic series that went down is missing a part: its point is left
+/// out rather than taken for a reset.
+pub fn collect_partial(
+    families: &[MetricFamily],
+    time: u64,
+    resource: &[(String, String)],
+    starts: &mut StartTimes,
+    complete: bool,
+) -> Collected {
+    starts.complete = complete;
     let mut metrics = Vec::with_capacity(families.len());
     for family in families {
         map_family(family, time, starts, &mut metrics);
@@ -398,7 +464,7 @@ pub fn collect(
     };
     Collected {
         request,
-        runs: std::mem::take(&mut starts.runs),
+        runs: starts.runs.clone(),
     }
 }
 
@@ -606,6 +672,9 @@ fn map_family(family: &MetricFamily, time: u64, starts: &mut StartTimes, out: &m
                         point: StalePoint::Sum(flagged_number(&point), is_monotonic),
                         temporality,
                     });
+                if origin == Origin::Partial {
+                    continue;
+                }
                 let start = if from_created != 0 {
                     from_created
                 } else {
@@ -614,7 +683,7 @@ fn map_family(family: &MetricFamily, time: u64, starts: &mut StartTimes, out: &m
                 point.start_time_unix_nano = start;
                 if delta {
                     // Converted when sent (`Deltas`).
-                    let whole = starts.whole(origin, from_created, false);
+                    let whole = starts.whole(origin, from_created);
                     starts.run(&key, start, whole, || {
                         Base::number(start, time, sample.value)
                     });
@@ -788,6 +857,9 @@ fn histogram_point(
         }),
         temporality,
     });
+    if origin == Origin::Partial {
+        return None;
+    }
     let created = nanos(group.created);
     point.start_time_unix_nano = match created {
         0 => tracked,
@@ -795,7 +867,7 @@ fn histogram_point(
     };
     if starts.delta() {
         // Converted when sent (`Deltas`).
-        let whole = starts.whole(origin, created, true);
+        let whole = starts.whole(origin, created);
         let start = point.start_time_unix_nano;
         starts.run(&key, start, whole, || Base::histogram(&point));
     }
@@ -826,7 +898,7 @@ fn summary_point(
             .collect(),
         ..Default::default()
     };
-    let (tracked, _) = starts.start(&key, count, time, true, || Stale {
+    let (tracked, origin) = starts.start(&key, count, time, true, || Stale {
         name: name.to_owned(),
         description: help.to_owned(),
         prometheus_type: "summary",
@@ -845,6 +917,9 @@ fn summary_point(
         }),
         temporality: CUMULATIVE,
     });
+    if origin == Origin::Partial {
+        return None;
+    }
     point.start_time_unix_nano = match nanos(group.created) {
         0 => tracked,
         created => created,
@@ -854,8 +929,8 @@ fn summary_point(
 
 #[path = "otlp_delta.rs"]
 mod delta;
-use delta::{Base, Run};
-pub use delta::{Collected, Converted, Deltas};
+use delta::{Base, Run, Runs};
+pub use delta::{Collected, Converted, Deltas, Stored};
 
 #[cfg(test)]
 #[path = "otlp_tests.rs"]

@@ -12,7 +12,7 @@
 //! No I/O and no clock.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
@@ -21,6 +21,87 @@ use opentelemetry_proto::tonic::metrics::v1::{
 };
 
 use super::{series_key, DELTA, NO_RECORDED_VALUE};
+
+/// The runs of the delta series by series key, shared by the collections
+/// that hold the same runs (copied on write), with an estimate of its
+/// memory.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Runs(Arc<RunsMap>);
+
+#[derive(Debug, Clone, Default)]
+struct RunsMap {
+    map: HashMap<String, Arc<Run>>,
+    bytes: usize,
+}
+
+/// The estimated memory of one entry of [`Runs`] besides its key (the
+/// map's slot, the `Arc`, the run and its initial point).
+fn run_bytes(run: &Run) -> usize {
+    160 + run
+        .initial
+        .as_ref()
+        .map_or(0, |b| 8 * (b.buckets.len() + b.bounds.len()))
+}
+
+impl Runs {
+    /// Notes `run` as the run of the series `key` (copying the map only
+    /// when it changes and a queued collection shares it).
+    pub(super) fn set(&mut self, key: &str, run: &Arc<Run>) {
+        if self.0.map.get(key).is_some_and(|r| Arc::ptr_eq(r, run)) {
+            return;
+        }
+        let map = Arc::make_mut(&mut self.0);
+        let added = key.len() + run_bytes(run);
+        if let Some(old) = map.map.insert(key.to_owned(), run.clone()) {
+            map.bytes -= key.len() + run_bytes(&old);
+        }
+        map.bytes += added;
+    }
+
+    /// Forgets the run of the series `key` (it is gone).
+    pub(super) fn remove(&mut self, key: &str) {
+        if self.0.map.contains_key(key) {
+            let map = Arc::make_mut(&mut self.0);
+            if let Some(old) = map.map.remove(key) {
+                map.bytes -= key.len() + run_bytes(&old);
+            }
+        }
+    }
+
+    fn get(&self, key: &str) -> Option<&Arc<Run>> {
+        self.0.map.get(key)
+    }
+}
+
+/// A [`Collected`] as it waits in a queue: its request's protobuf gzipped
+/// (a fraction of the decoded request's memory), and its runs, shared with
+/// the collections holding the same.
+#[derive(Debug, Clone)]
+pub struct Stored {
+    body: Arc<[u8]>,
+    runs: Runs,
+}
+
+impl Stored {
+    /// The memory of its compressed request.
+    pub fn body_bytes(&self) -> usize {
+        self.body.len()
+    }
+
+    /// The estimated memory of its runs, and an identity of them: two
+    /// stored collections with the same identity share their runs.
+    pub fn runs_bytes(&self) -> (usize, *const ()) {
+        (self.runs.0.bytes, Arc::as_ptr(&self.runs.0).cast())
+    }
+
+    /// The collection back, to be converted.
+    pub fn load(&self) -> Result<Collected, String> {
+        Ok(Collected {
+            request: super::decode(&self.body)?,
+            runs: self.runs.clone(),
+        })
+    }
+}
 
 /// One run of a delta series: from its start until a reset or its
 /// disappearance.
@@ -94,7 +175,7 @@ impl Base {
 #[derive(Debug, Clone)]
 pub struct Collected {
     pub(super) request: ExportMetricsServiceRequest,
-    pub(super) runs: HashMap<String, Arc<Run>>,
+    pub(super) runs: Runs,
 }
 
 impl Collected {
@@ -106,6 +187,14 @@ impl Collected {
     /// The request, for cumulative temporality.
     pub fn into_request(self) -> ExportMetricsServiceRequest {
         self.request
+    }
+
+    /// The collection as it waits in a queue (compressed).
+    pub fn store(&self) -> Stored {
+        Stored {
+            body: super::encode(&self.request).into(),
+            runs: self.runs.clone(),
+        }
     }
 }
 
@@ -139,7 +228,9 @@ impl Deltas {
     /// the last accepted values (or the start of their run).
     pub fn convert(&self, collected: &Collected) -> Converted {
         let mut request = collected.request.clone();
-        let mut next = HashMap::with_capacity(collected.runs.len());
+        let mut next = HashMap::with_capacity(self.accepted.len());
+        // Series whose end this collection tells (flagged NO_RECORDED_VALUE).
+        let mut ended: HashSet<String> = HashSet::new();
         for resource in &mut request.resource_metrics {
             for scope in &mut resource.scope_metrics {
                 scope
@@ -149,7 +240,12 @@ impl Deltas {
                             if sum.is_monotonic && sum.aggregation_temporality == DELTA =>
                         {
                             sum.data_points.retain_mut(|p| {
-                                flagged(p.flags)
+                                self.ended(name, p.flags, &p.attributes, &mut ended)
+                                    .map(|start| {
+                                        p.start_time_unix_nano =
+                                            start.unwrap_or(p.start_time_unix_nano)
+                                    })
+                                    .is_some()
                                     || self.number(
                                         series_key(name, &p.attributes),
                                         p,
@@ -161,7 +257,12 @@ impl Deltas {
                         }
                         Some(metric::Data::Histogram(h)) if h.aggregation_temporality == DELTA => {
                             h.data_points.retain_mut(|p| {
-                                flagged(p.flags)
+                                self.ended(name, p.flags, &p.attributes, &mut ended)
+                                    .map(|start| {
+                                        p.start_time_unix_nano =
+                                            start.unwrap_or(p.start_time_unix_nano)
+                                    })
+                                    .is_some()
                                     || self.histogram(
                                         series_key(name, &p.attributes),
                                         p,
@@ -175,13 +276,48 @@ impl Deltas {
                     });
             }
         }
+        // A series absent from the collection (its source failed to answer
+        // in full) keeps its accepted value: its next point continues from
+        // it. Only a series that ended is forgotten.
+        for (key, base) in &self.accepted {
+            if !next.contains_key(key) && !ended.contains(key) {
+                next.insert(key.clone(), base.clone());
+            }
+        }
         Converted { request, next }
     }
 
+    /// For a point flagged `NO_RECORDED_VALUE` (its series ended), the
+    /// start it is sent with: the time of the series' last accepted point
+    /// (`None` inside: none accepted, the point keeps its stream's
+    /// start); `None` for another point.
+    fn ended(
+        &self,
+        name: &str,
+        flags: u32,
+        attributes: &[opentelemetry_proto::tonic::common::v1::KeyValue],
+        ended: &mut HashSet<String>,
+    ) -> Option<Option<u64>> {
+        if !flagged(flags) {
+            return None;
+        }
+        let key = series_key(name, attributes);
+        let start = self.accepted.get(&key).map(|b| b.time);
+        ended.insert(key);
+        Some(start)
+    }
+
     /// The receiver accepted `converted`: its values are the new bases (a
-    /// series it did not hold is forgotten).
+    /// series that ended is forgotten).
     pub fn accept(&mut self, converted: Converted) {
         self.accepted = converted.next;
+    }
+
+    /// What the receiver accepted once it accepted `converted`.
+    pub fn accepted(converted: Converted) -> Self {
+        Self {
+            accepted: converted.next,
+        }
     }
 
     /// The base of the series `key` whose point starts at `start`: the last

@@ -164,6 +164,24 @@ pub struct Gathered {
     pub parts: Vec<part_status::PartStatus>,
 }
 
+impl Gathered {
+    /// Whether the directories answered in full: no file failed to read
+    /// ([`crate::source::skip::SkipReason::is_transient`]), no part's read
+    /// panicked, and no discovered part was capped or late.
+    pub fn complete(&self) -> bool {
+        self.collection
+            .problems
+            .iter()
+            .all(|p| !p.reason.is_transient())
+            && self.collection.stats.parts_panicked == 0
+            && self.discovery.as_ref().is_none_or(|d| {
+                d.parts
+                    .iter()
+                    .all(|c| c.capped.is_none() && c.late.is_none())
+            })
+    }
+}
+
 impl Source {
     /// A source reading `inputs` (directories in `readdir` order, files as
     /// given); with `subdirectories_label`, reading every subdirectory of

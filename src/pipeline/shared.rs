@@ -59,6 +59,11 @@ pub struct Served {
     pub own: Vec<MetricFamily>,
     /// Both, in one list, made on first use (`?name[]=`, the JSON API, push).
     all: OnceLock<Vec<MetricFamily>>,
+    /// Whether every source answered in full (no upstream failed, no file
+    /// failed to read, no part late, capped or cut by the budget): a sink
+    /// takes a series absent from an incomplete collection for missing,
+    /// not gone.
+    pub complete: bool,
 }
 
 impl Served {
@@ -322,17 +327,21 @@ impl SharedCollection {
                 collisions: &[],
                 reused: true,
             });
+            let complete = !panicked && gathered.complete();
             if let Some(own) = observer.own_families(&merged, self.upstreams.families()) {
                 // The exporter's own families change with every collection;
                 // the merged ones are shared as they are.
-                reused.served = Self::served(state, merged, own);
+                reused.served = Self::served(state, merged, own, complete);
+            } else if reused.served.complete != complete {
+                reused.served = Self::served(state, merged, Vec::new(), complete);
             }
             let served = reused.served.clone();
             state.reusable = Some(reused);
             return served;
         }
         let merged = std::mem::take(&mut gathered.collection.families);
-        let merged = self.upstreams.finish(pending, merged);
+        let (merged, answered) = self.upstreams.finish(pending, merged);
+        let complete = answered && !panicked && gathered.complete();
         observer.merged(&merged);
         let (families, collisions) = super::transform(config, merged);
         observer.collected(&Collected {
@@ -346,7 +355,7 @@ impl SharedCollection {
         let own = observer
             .own_families(&families, self.upstreams.families())
             .unwrap_or_default();
-        let served = Self::served(state, Arc::new(families), own);
+        let served = Self::served(state, Arc::new(families), own, complete);
         state.reusable = (!panicked && config.upstreams.is_empty()).then(|| Reusable {
             merged_id: gathered.collection.merged_id,
             config: config.clone(),
@@ -361,6 +370,7 @@ impl SharedCollection {
         state: &mut State,
         merged: Arc<Vec<MetricFamily>>,
         own: Vec<MetricFamily>,
+        complete: bool,
     ) -> Arc<Served> {
         state.served_ids += 1;
         Arc::new(Served {
@@ -368,6 +378,7 @@ impl SharedCollection {
             merged,
             own,
             all: OnceLock::new(),
+            complete,
         })
     }
 }

@@ -608,7 +608,11 @@ pub fn run(settings: ServeSettings) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    runtime.block_on(serve(settings))
+    let code = runtime.block_on(serve(settings));
+    // A collection still running on the blocking pool (a slow upstream)
+    // does not hold the exit up: the push's flush deadline has passed.
+    runtime.shutdown_timeout(Duration::from_millis(200));
+    code
 }
 
 /// Binds and serves until a shutdown signal.
@@ -801,11 +805,16 @@ async fn shutdown_signal() {
     }
 }
 
+/// A collection as the sinks take it.
+impl crate::sink::Collection for scrape::ServedFamilies {
+    fn complete(&self) -> bool {
+        self.0.complete
+    }
+}
+
 /// The server feeds the sinks (push) with its collections.
 impl crate::sink::Feed for Shared {
-    fn collect_now(
-        &self,
-    ) -> impl std::ops::Deref<Target = [crate::model::MetricFamily]> + Send + 'static {
+    fn collect_now(&self) -> impl crate::sink::Collection {
         scrape::ServedFamilies(Shared::collect_now(self))
     }
 

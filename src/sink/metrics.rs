@@ -69,14 +69,17 @@ pub(crate) enum DropReason {
     /// Replaced by a newer collection while the receiver asked to wait
     /// (`Retry-After`): the queue does not grow then.
     Superseded,
+    /// The queue reached `--push.queue-max-bytes`: the oldest made room.
+    MemoryLimit,
 }
 
 impl DropReason {
-    const ALL: [Self; 4] = [
+    const ALL: [Self; 5] = [
         Self::QueueFull,
         Self::Rejected,
         Self::Shutdown,
         Self::Superseded,
+        Self::MemoryLimit,
     ];
 
     fn index(self) -> usize {
@@ -85,6 +88,7 @@ impl DropReason {
             Self::Rejected => 1,
             Self::Shutdown => 2,
             Self::Superseded => 3,
+            Self::MemoryLimit => 4,
         }
     }
 
@@ -95,6 +99,7 @@ impl DropReason {
             Self::Rejected => "rejected",
             Self::Shutdown => "shutdown",
             Self::Superseded => "superseded",
+            Self::MemoryLimit => "memory_limit",
         }
     }
 }
@@ -118,10 +123,12 @@ pub(crate) struct DestinationMetrics {
     requests_sent: AtomicU64,
     samples_rejected: AtomicU64,
     failures: [AtomicU64; 5],
-    collections_dropped: [AtomicU64; 4],
-    samples_dropped: [AtomicU64; 4],
+    collections_dropped: [AtomicU64; 5],
+    samples_dropped: [AtomicU64; 5],
     queue_length: AtomicU64,
     queue_capacity: AtomicU64,
+    queue_bytes: AtomicU64,
+    queue_max_bytes: AtomicU64,
     /// f64 bits.
     last_success: AtomicU64,
     /// f64 bits.
@@ -225,7 +232,7 @@ impl PushMetrics {
         );
         family(
             "push_collections_dropped",
-            "Collections dropped without being sent, by reason (queue_full: the oldest made room in a full queue; rejected: the receiver answered a status the protocol does not retry; shutdown: still queued when the final flush's deadline passed).",
+            "Collections dropped without being sent, by reason (queue_full: the oldest made room in a full queue; memory_limit: the oldest made room when the queue reached --push.queue-max-bytes; rejected: the receiver answered a status the protocol does not retry; shutdown: still queued when the final flush's deadline passed; superseded: replaced by a newer one while the receiver asked to wait).",
             Counter,
             &|m| {
                 DropReason::ALL
@@ -264,6 +271,20 @@ impl PushMetrics {
             "",
         );
         family(
+            "push_queue_bytes",
+            "Memory of the collections waiting to be sent, in bytes (their compressed requests; with delta temporality, with the state their deltas start from).",
+            Gauge,
+            &|m| vec![(None, get(&m.queue_bytes))],
+            "",
+        );
+        family(
+            "push_queue_max_bytes",
+            "The most memory the waiting collections may take before the oldest are dropped (--push.queue-max-bytes).",
+            Gauge,
+            &|m| vec![(None, get(&m.queue_max_bytes))],
+            "",
+        );
+        family(
             "push_last_success_timestamp_seconds",
             "Time the receiver last accepted a request, in seconds since the Unix epoch (0: never).",
             Gauge,
@@ -282,11 +303,13 @@ impl PushMetrics {
 }
 
 impl DestinationMetrics {
-    /// Turns the metrics on, with the queue's capacity.
-    pub(crate) fn enable(&self, queue_capacity: usize) {
+    /// Turns the metrics on, with the queue's bounds.
+    pub(crate) fn enable(&self, queue_capacity: usize, queue_max_bytes: usize) {
         self.enabled.store(true, Ordering::Relaxed);
         self.queue_capacity
             .store(queue_capacity as u64, Ordering::Relaxed);
+        self.queue_max_bytes
+            .store(queue_max_bytes as u64, Ordering::Relaxed);
     }
 
     /// Records a request the receiver accepted.
@@ -327,6 +350,11 @@ impl DestinationMetrics {
     pub(crate) fn set_queue_length(&self, length: usize) {
         self.queue_length.store(length as u64, Ordering::Relaxed);
     }
+
+    /// Records the memory of the collections waiting.
+    pub(crate) fn set_queue_bytes(&self, bytes: usize) {
+        self.queue_bytes.store(bytes as u64, Ordering::Relaxed);
+    }
 }
 
 #[cfg(test)]
@@ -340,7 +368,7 @@ mod tests {
         m.add_families("p_", &mut out);
         assert!(out.into_families().is_empty());
         let rw = m.of(Protocol::RemoteWrite);
-        rw.enable(3);
+        rw.enable(3, 1000);
         rw.sent(10, 100, 5.0, 0.25);
         rw.failed(FailureReason::ServerError, 0.5);
         rw.dropped(DropReason::QueueFull, 7);
@@ -358,7 +386,7 @@ mod tests {
         let only_rw = text(&m);
         assert!(!only_rw.contains("otlp"), "{only_rw}");
         let otlp = m.of(Protocol::Otlp);
-        otlp.enable(5);
+        otlp.enable(5, 1000);
         otlp.sent(4, 40, 6.0, 0.1);
         otlp.rejected(3);
         let both = text(&m);

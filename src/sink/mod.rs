@@ -13,6 +13,14 @@ mod client;
 pub(crate) mod metrics;
 mod protocol;
 pub mod push;
+#[cfg(test)]
+mod push_model_tests;
+mod queue;
+#[cfg(test)]
+mod rig;
+mod sender;
+#[cfg(test)]
+mod sender_tests;
 
 pub use client::{parse_retry_after, Authorization};
 
@@ -22,12 +30,21 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use crate::model::MetricFamily;
 use metrics::PushMetrics;
 
+/// A collection as a sink gets it: the families `/metrics` serves, and
+/// whether every source answered in full.
+pub(crate) trait Collection: Deref<Target = [MetricFamily]> + Send + 'static {
+    /// Whether every source answered in full: no upstream failed or timed
+    /// out, no file failed to read, no part was late, capped or cut by the
+    /// budget. A series absent from an incomplete collection is missing,
+    /// not gone (`otlp::collect_partial`).
+    fn complete(&self) -> bool;
+}
+
 /// What feeds a sink: collections on demand, and where its self-metrics are
 /// kept.
 pub(crate) trait Feed: Send + Sync + 'static {
-    /// A collection run now (blocking; joined with one in flight): the
-    /// families `/metrics` serves.
-    fn collect_now(&self) -> impl Deref<Target = [MetricFamily]> + Send + 'static;
+    /// A collection run now (blocking; joined with one in flight).
+    fn collect_now(&self) -> impl Collection;
 
     /// The self-metrics of pushing.
     fn push_metrics(&self) -> &PushMetrics;

@@ -7,7 +7,9 @@ use crate::sink::metrics::PushMetrics;
 use axum::http::HeaderMap;
 use axum::routing::post;
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 /// Collections of a counter that counts the collections, and a gauge.
 #[derive(Default)]
@@ -24,10 +26,27 @@ fn sample(name: &str, labels: &[(&str, &str)], value: f64) -> Sample {
     }
 }
 
+/// A collection of the fakes: its families, and whether it is complete.
+pub(super) struct Families(pub(super) Vec<MetricFamily>, pub(super) bool);
+
+impl std::ops::Deref for Families {
+    type Target = [MetricFamily];
+
+    fn deref(&self) -> &[MetricFamily] {
+        &self.0
+    }
+}
+
+impl crate::sink::Collection for Families {
+    fn complete(&self) -> bool {
+        self.1
+    }
+}
+
 impl Feed for FakeFeed {
-    fn collect_now(&self) -> impl std::ops::Deref<Target = [MetricFamily]> + Send + 'static {
+    fn collect_now(&self) -> impl crate::sink::Collection {
         let n = self.collections.fetch_add(1, Ordering::SeqCst) + 1;
-        vec![
+        let families = vec![
             MetricFamily {
                 name: "vllm:requests".into(),
                 help: "Requests.".into(),
@@ -44,8 +63,8 @@ impl Feed for FakeFeed {
                 metric_type: MetricType::Gauge,
                 samples: vec![sample("running", &[], 2.0)],
             },
-        ]
-        .into_boxed_slice()
+        ];
+        Families(families, true)
     }
 
     fn push_metrics(&self) -> &PushMetrics {
@@ -107,6 +126,7 @@ fn settings() -> PushSettings {
         interval: Duration::from_millis(50),
         timeout: Duration::from_secs(5),
         queue_capacity: 100,
+        queue_max_bytes: 4 << 20,
         min_backoff: Duration::from_millis(30),
         max_backoff: Duration::from_millis(50),
         max_retry_after: Duration::from_secs(600),
@@ -224,7 +244,9 @@ async fn what_the_flush_deadline_leaves_is_counted_at_shutdown() {
     pusher.await.unwrap();
     let text = self_metrics_text(&feed);
     for line in [
-        "multiproc_exporter_push_collections_dropped_total{protocol=\"otlp\",reason=\"shutdown\"} 3.0\n",
+        // The queue's three, and the one being sent again (the receiver
+        // may have stored it: never dropped before it is answered).
+        "multiproc_exporter_push_collections_dropped_total{protocol=\"otlp\",reason=\"shutdown\"} 4.0\n",
         "multiproc_exporter_push_queue_length{protocol=\"otlp\"} 0.0\n",
         "multiproc_exporter_push_requests_sent_total{protocol=\"otlp\"} 0.0\n",
         "multiproc_exporter_push_last_success_timestamp_seconds{protocol=\"otlp\"} 0.0\n",
@@ -531,6 +553,142 @@ async fn shutdown_makes_one_last_attempt_that_respects_the_wait() {
         assert!(
             (1.0..=2.0).contains(&left),
             "Retry-After {retry_after}: {text}"
+        );
+    }
+}
+
+/// A feed whose collections after the first wait until it is opened (an
+/// upstream that takes long to answer).
+#[derive(Default)]
+struct SlowFeed {
+    collections: AtomicU64,
+    open: (Mutex<bool>, std::sync::Condvar),
+    metrics: PushMetrics,
+}
+
+impl SlowFeed {
+    fn open(&self) {
+        *self.open.0.lock().unwrap() = true;
+        self.open.1.notify_all();
+    }
+}
+
+impl Feed for SlowFeed {
+    fn collect_now(&self) -> impl crate::sink::Collection {
+        let n = self.collections.fetch_add(1, Ordering::SeqCst) + 1;
+        if n > 1 {
+            let open = self.open.0.lock().unwrap();
+            let _open = self
+                .open
+                .1
+                .wait_timeout_while(open, Duration::from_secs(60), |open| !*open)
+                .unwrap();
+        }
+        Families(
+            vec![MetricFamily {
+                name: "c".into(),
+                help: "C.".into(),
+                metric_type: MetricType::Counter,
+                samples: vec![sample("c_total", &[], n as f64)],
+            }],
+            true,
+        )
+    }
+
+    fn push_metrics(&self) -> &PushMetrics {
+        &self.metrics
+    }
+}
+
+/// Issue 54: with an upstream taking 12 s to answer and
+/// `--push.flush-deadline 5s`, the exporter exited 22 s after SIGTERM: it
+/// finished the collection in progress, then collected once more after
+/// the deadline. The collection is now raced against the deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_overran_the_flush_deadline_behind_a_slow_collection() {
+    let (url, received) = receiver("/v1/metrics", Vec::new()).await;
+    let feed = Arc::new(SlowFeed::default());
+    let settings = PushSettings {
+        otlp_url: Some(url.parse().unwrap()),
+        flush_deadline: Duration::from_millis(500),
+        ..settings()
+    };
+    let (stop, stopped) = watch::channel(false);
+    let pusher = start(feed.clone(), settings, stopped).unwrap();
+    // The first collection is pushed; the second hangs.
+    for _ in 0..400 {
+        if feed.collections.load(Ordering::SeqCst) >= 2 && !received.lock().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let signal = Instant::now();
+    stop.send(true).unwrap();
+    let waited = tokio::time::timeout(Duration::from_secs(30), pusher).await;
+    let took = signal.elapsed();
+    feed.open();
+    assert!(waited.is_ok(), "the pusher did not stop");
+    // 0.5 s and a margin; before the fix, until the feed was opened.
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert_eq!(received.lock().unwrap().len(), 1);
+}
+
+/// Issue 54: a receiver refusing connections, a short interval: the push
+/// queue's memory stays within `--push.queue-max-bytes` (the newest
+/// collection aside), for both temporalities, and what is dropped for it
+/// is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_memory_stays_within_its_bound_while_the_receiver_refuses_connections() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    for temporality in [otlp::Temporality::Delta, otlp::Temporality::Cumulative] {
+        let feed = Arc::new(FakeFeed::default());
+        let max_bytes = 4 << 10;
+        let settings = PushSettings {
+            otlp_url: Some(
+                format!("http://127.0.0.1:{port}/v1/metrics")
+                    .parse()
+                    .unwrap(),
+            ),
+            otlp_temporality: temporality,
+            interval: Duration::from_millis(5),
+            queue_capacity: 1_000_000,
+            queue_max_bytes: max_bytes,
+            flush_deadline: Duration::from_millis(10),
+            ..settings()
+        };
+        let (stop, stopped) = watch::channel(false);
+        let pusher = start(feed.clone(), settings, stopped).unwrap();
+        let gauge = "multiproc_exporter_push_queue_bytes{protocol=\"otlp\"} ";
+        let mut most = 0.0_f64;
+        for _ in 0..2_000 {
+            let text = self_metrics_text(&feed);
+            let bytes: f64 = text
+                .lines()
+                .find_map(|l| l.strip_prefix(gauge)?.parse().ok())
+                .unwrap_or(0.0);
+            most = most.max(bytes);
+            if text.contains("reason=\"memory_limit\"")
+                && dropped(&text, "otlp", "memory_limit") >= 20.0
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        stop.send(true).unwrap();
+        pusher.await.unwrap();
+        let text = self_metrics_text(&feed);
+        assert!(
+            dropped(&text, "otlp", "memory_limit") >= 20.0,
+            "{temporality:?}: {text}"
+        );
+        // A collection of the fake is a few hundred bytes compressed.
+        assert!(
+            most <= (max_bytes + 2_048) as f64,
+            "{temporality:?}: {most}"
         );
     }
 }

@@ -75,6 +75,24 @@ impl SkipReason {
         "out_of_memory",
     ];
 
+    /// Whether the file may read next time as it did before (a read that
+    /// failed, memory refused): its series are missing from this collection,
+    /// not gone. A vanished file (a writer's files removed), a missing
+    /// directory and the lasting problems (a bad link, a file that does not
+    /// follow the layout) are not.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            Self::DirectoryUnreadable(_)
+                | Self::PermissionDenied
+                | Self::Io(_)
+                | Self::Layout(_)
+                | Self::Key(_)
+                | Self::OverMemoryBudget { .. }
+                | Self::OutOfMemory { .. }
+        )
+    }
+
     /// Whether this reason concerns a directory (not a file).
     pub fn is_directory_reason(&self) -> bool {
         matches!(self, Self::DirectoryMissing | Self::DirectoryUnreadable(_))

@@ -531,3 +531,83 @@ fn sigterm_while_the_receiver_answers_429_makes_at_most_3_requests() {
     );
     assert_eq!(logged.len(), 2, "{:#?}", exporter.logs());
 }
+
+/// Issue 54: an upstream taking 12 s to answer, `--push.flush-deadline 5s`:
+/// the exporter exited 22 s after SIGTERM (it finished the collection in
+/// progress, then collected once more after the deadline, and never sent
+/// it). The collection is now raced against the deadline, and the process
+/// does not wait for it on the way out.
+#[test]
+fn sigterm_behind_a_slow_upstream_exits_within_the_flush_deadline() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let tmp = tempfile::tempdir().unwrap();
+    // An upstream answering at once until `slow`, then after 12 s.
+    let slow = Arc::new(AtomicBool::new(false));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let upstream = format!("http://{}/metrics", listener.local_addr().unwrap());
+    let slowed = slow.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let slow = slowed.load(Ordering::SeqCst);
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                }
+                if slow {
+                    std::thread::sleep(Duration::from_secs(12));
+                }
+                let body = "# TYPE upstream_requests counter\nupstream_requests_total 1.0\n";
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            });
+        }
+    });
+    let config = tmp.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        format!("upstreams:\n  - name: slow\n    url: {upstream}\n    timeout: 12s\n"),
+    )
+    .unwrap();
+    let dir = tmp.path().join("metrics");
+    std::fs::create_dir(&dir).unwrap();
+    write_counter(&dir, "100", 1.0);
+    let (otlp, count) = answering(200);
+    let otlp = otlp.replace("/api/v1/write", "/v1/metrics");
+    let mut exporter = Exporter::start(&[
+        "--dir",
+        dir.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+        "--push.otlp-url",
+        &otlp,
+        "--push.interval",
+        "1s",
+        "--push.flush-deadline",
+        "2s",
+    ]);
+    wait_for("a first push", || {
+        (count.load(std::sync::atomic::Ordering::SeqCst) >= 1).then_some(())
+    });
+    slow.store(true, Ordering::SeqCst);
+    // The next collection is waiting for the upstream.
+    std::thread::sleep(Duration::from_millis(2500));
+    let signal = std::time::Instant::now();
+    exporter.signal("TERM");
+    assert!(exporter.wait_exit().success());
+    let took = signal.elapsed();
+    // 2 s and a margin (it was the upstream's 12 s and more).
+    assert!(
+        took < Duration::from_secs(6),
+        "exited {took:?} after SIGTERM"
+    );
+}

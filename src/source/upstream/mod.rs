@@ -170,19 +170,20 @@ impl Upstreams {
 
     /// Waits for the fetches, parses their answers and merges them after the
     /// directory's families; records each upstream's outcome and logs its
-    /// changes.
+    /// changes. With the merge, whether every upstream answered (a failed
+    /// one's series are missing from the collection, not gone).
     pub(crate) fn finish(
         &self,
         pending: Option<Pending>,
         directory: Vec<MetricFamily>,
-    ) -> Vec<MetricFamily> {
+    ) -> (Vec<MetricFamily>, bool) {
         let Some(pending) = pending else {
             // No upstream (any more): none to report.
             self.states
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .clear();
-            return directory;
+            return (directory, true);
         };
         // The fetches end by their deadlines; a second more is a safety net.
         let give_up = Instant::now() + pending.longest + Duration::from_secs(1);
@@ -246,11 +247,12 @@ impl Upstreams {
                 });
             }
         }
+        let answered = outcomes.iter().all(|(_, result, ..)| result.is_ok());
         let (merged, mut conflicts) =
             merge_sources(&Arc::from(DIRECTORY_SOURCE), directory, sources);
         conflicts.extend(reserved);
         self.record(outcomes, conflicts);
-        merged
+        (merged, answered)
     }
 
     /// Updates the states (dropping upstreams no longer configured) and logs
@@ -518,8 +520,8 @@ mod tests {
         // none is left.
         upstreams.record(vec![(&a, Ok(()), Duration::ZERO, 3)], vec![]);
         assert_eq!(upstreams.states.lock().unwrap().len(), 1);
-        let kept = upstreams.finish(None, Vec::new());
-        assert!(kept.is_empty());
+        let (kept, answered) = upstreams.finish(None, Vec::new());
+        assert!(kept.is_empty() && answered);
         assert!(upstreams.families().is_empty());
     }
 
