@@ -13,7 +13,9 @@ writers change them), in one run, the ways taking turns call by call:
 and with ``--http``, ``GET /metrics`` over HTTP (a kept-alive connection) from two servers running vLLM 0.33.0's
 serving path on the same directory (tests/python/package/install_apps/vllm_serve.py: ``attach_router`` under one
 ``uvicorn.Server``, prometheus-fastapi-instrumentator 8.1.0's ``expose()``): one without ``install()``, one with
-``MULTIPROC_EXPORTER_INSTALL=1`` (the import hook); the latter's answers are counted natively.
+``MULTIPROC_EXPORTER_INSTALL=1`` (the import hook); the latter's answers are counted natively. Each request on a new
+connection, as Prometheus's scrapes (every 15 s or so; uvicorn closes a connection idle for 5 s); the floor is
+``GET /installed`` of the same server (a small JSON answer through the same stack, no exposition).
 
 The directories are scripts/compare.py's (``gen_fixture --processes N``, default 16 and 1,024 writers). While the
 ways run, a second process adds 1 to one value in every file every 2 ms (``--bump all``: to every value), through
@@ -95,7 +97,8 @@ class SpeedupsCollector:
 
 
 HTTP_WAYS = ("HTTP GET /metrics, vLLM's attach_router under uvicorn, prometheus_client",
-             "HTTP GET /metrics, vLLM's attach_router under uvicorn, MULTIPROC_EXPORTER_INSTALL=1")
+             "HTTP GET /metrics, vLLM's attach_router under uvicorn, MULTIPROC_EXPORTER_INSTALL=1",
+             "HTTP GET /installed, the same server (the floor: no exposition)")
 
 
 def through(collector_class, encoder):
@@ -107,7 +110,7 @@ def through(collector_class, encoder):
 
 
 class Server:
-    """vllm_serve.py on a directory, asked over one kept-alive HTTP connection."""
+    """vllm_serve.py on a directory, asked over HTTP (a new connection per request)."""
 
     def __init__(self, directory, **env):
         import socket
@@ -119,7 +122,7 @@ class Server:
         deadline = time.monotonic() + 90
         while True:
             try:
-                self.connection = http.client.HTTPConnection('127.0.0.1', port, timeout=600)
+                self.port = port
                 self.state()
                 break
             except OSError:
@@ -128,9 +131,13 @@ class Server:
                 time.sleep(0.3)
 
     def get(self, path='/metrics'):
-        self.connection.request('GET', path)
-        response = self.connection.getresponse()
-        body = response.read()
+        connection = http.client.HTTPConnection('127.0.0.1', self.port, timeout=600)
+        try:
+            connection.request('GET', path)
+            response = connection.getresponse()
+            body = response.read()
+        finally:
+            connection.close()
         assert response.status == 200, (response.status, body)
         return body
 
@@ -140,8 +147,10 @@ class Server:
     def metrics(self, _path):
         return self.get()
 
+    def floor(self, _path):
+        return self.get('/installed')
+
     def stop(self):
-        self.connection.close()
         self.process.terminate()
         self.process.wait(30)
 
@@ -184,9 +193,10 @@ def main():
                 # The servers write their own (instrumentator) files when they start: compared after.
                 servers = [Server(directory), Server(directory, MULTIPROC_EXPORTER_INSTALL='1')]
                 assert not servers[0].state()['installed'] and servers[1].state()['installed']
-                size_ways += [(HTTP_WAYS[0], servers[0].metrics), (HTTP_WAYS[1], servers[1].metrics)]
+                size_ways += [(HTTP_WAYS[0], servers[0].metrics), (HTTP_WAYS[1], servers[1].metrics),
+                              (HTTP_WAYS[2], servers[1].floor)]
             expected = ways[0][1](directory)
-            identical = {name: fn(directory) == expected for name, fn in size_ways}
+            identical = {name: fn(directory) == expected for name, fn in size_ways if name != HTTP_WAYS[2]}
             native_before = servers[1].state()['native_answers'] if servers else 0
             bumper = subprocess.Popen([sys.executable, '-c', BUMPER, directory, args.bump], stdout=subprocess.PIPE, text=True)
             try:
@@ -217,9 +227,9 @@ def main():
                 results.append({'writers': size, 'files': files, 'bumped_files': bumped,
                                 'bytes': fixture.get('used_bytes'), 'way': name, 'median_ms': statistics.median(t),
                                 'p90_ms': t[int(0.9 * (len(t) - 1))], 'calls': len(t),
-                                'identical': identical[name]})
+                                'identical': identical.get(name)})
                 print(f'{size} writers, {name}: median {statistics.median(t):.3f} ms ({len(t)} calls), '
-                      f'identical: {identical[name]}', file=sys.stderr)
+                      f'identical: {identical.get(name)}', file=sys.stderr)
     print('| writers | way | median (ms) | p90 (ms) | vs prometheus_client | vs speedups | same bytes |')
     print('|---:|---|---:|---:|---:|---:|---|')
     for r in results:
@@ -230,7 +240,7 @@ def main():
         fast = next((x['median_ms'] for x in row if x['way'].startswith('prometheus-client-python-speedups')), None)
         vs_speedups = f"{fast / r['median_ms']:.1f}x" if fast else 'n/a'
         print(f"| {r['writers']} | {r['way']} | {r['median_ms']:.3f} | {r['p90_ms']:.3f} | "
-              f"{base / r['median_ms']:.1f}x | {vs_speedups} | {'yes' if r['identical'] else 'no'} |")
+              f"{base / r['median_ms']:.1f}x | {vs_speedups} | {'n/a' if r['identical'] is None else 'yes' if r['identical'] else 'no'} |")
     if args.json:
         with open(args.json, 'w') as f:
             json.dump(results, f, indent=1)

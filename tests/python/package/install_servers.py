@@ -82,6 +82,26 @@ def reference(metrics_dir, path, accept, instrumentator):
     return exposition._bake_output(registry, accept, '', params, True)[2]
 
 
+def ask(base, requests, rounds):
+    """Asks every request ``rounds`` times, checks each answer is the same every time, and returns the answers."""
+    answers = {}
+    for _ in range(rounds):
+        for path, accept, encoding in requests:
+            answer = get(base + path, accept, encoding)
+            assert answers.setdefault((path, accept, encoding), answer) == answer, (path, accept, encoding)
+    return answers
+
+
+def stop_session(server):
+    """SIGTERM to the server's session (its workers), SIGKILL if it has not exited within 30 s."""
+    os.killpg(server.pid, signal.SIGTERM)
+    try:
+        server.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+
+
 def serve(command, env, requests, installed):
     """Starts ``command``, asks every request 4 times (spread over the workers), checks each answer is the
     same every time, and returns the answers."""
@@ -100,11 +120,7 @@ def serve(command, env, requests, installed):
                 time.sleep(0.3)
             if time.monotonic() > deadline or server.poll() is not None:
                 raise SystemExit(f'{command[0]}: {len(started)} of {WORKERS} workers answered in 90 s')
-        answers = {}
-        for _ in range(4):
-            for path, accept, encoding in requests:
-                answer = get(base + path, accept, encoding)
-                assert answers.setdefault((path, accept, encoding), answer) == answer, (path, accept, encoding)
+        answers = ask(base, requests, 4)
         states = {}
         for _ in range(8 * WORKERS):
             state = json.loads(get(base + '/installed')[1])
@@ -120,12 +136,7 @@ def serve(command, env, requests, installed):
             assert sum(s['native_answers'] for s in states.values()) > 0, states
         return answers, len(states)
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        stop_session(server)
 
 
 # What vLLM's /metrics (the instrumentator's expose(): Accept and the query ignored, gzip off) is asked.
@@ -158,21 +169,12 @@ def serve_vllm(env):
                 if time.monotonic() > deadline or server.poll() is not None:
                     raise SystemExit('vllm_serve.py did not answer in 90 s')
                 time.sleep(0.3)
-        answers = {}
-        for _ in range(VLLM_ROUNDS):
-            for path, accept, encoding in VLLM_REQUESTS:
-                answer = get(base + path, accept, encoding)
-                assert answers.setdefault((path, accept, encoding), answer) == answer, (path, accept, encoding)
+        answers = ask(base, VLLM_REQUESTS, VLLM_ROUNDS)
         after = json.loads(get(base + '/installed')[1])
         assert before['pid'] == after['pid'] == server.pid, (before, after, server.pid)
         return answers, before, after
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        stop_session(server)
 
 
 def vllm_serving_path(metrics_dir, env):
