@@ -484,6 +484,11 @@ def test_the_switch_imports_nothing_before_the_application_sets_its_directory(tm
     assert without['body'] == with_switch['body'] and 'app_requests_total{path="/"} 3.0' in with_switch['body']
     assert (without['installed'], without['native_answers']) == (False, 0)
     assert (with_switch['installed'], with_switch['native_answers']) == (True, 1)
+    # A process that never imports prometheus_client loads nothing of either.
+    out = subprocess.run([sys.executable, '-c', 'import sys; print(sorted(m for m in sys.modules if "prometheus" in m '
+                          'or "multiproc_exporter" in m))'], env=dict(env, MULTIPROC_EXPORTER_INSTALL='1'),
+                         check=True, capture_output=True, text=True)
+    assert out.stdout.strip() == "['_multiproc_exporter_hook']", out.stdout
 
 
 def test_merge_is_prometheus_clients(directory):
