@@ -70,7 +70,7 @@ class _Finder:
 
         try:
             loader.exec_module = exec_then_install
-        except AttributeError:  # a loader whose attributes cannot be set: install when it is imported
+        except AttributeError:  # a loader whose attributes cannot be set (__slots__)
             warnings.warn("MULTIPROC_EXPORTER_INSTALL: cannot follow prometheus_client's loader; "
                           "call multiproc_exporter.install() in the application", RuntimeWarning, stacklevel=2)
         return spec
