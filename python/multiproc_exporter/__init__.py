@@ -1,12 +1,14 @@
 """multiproc-exporter for Python: ``install()``, a drop-in ``MultiProcessCollector``.
 
 ``multiproc_exporter.install()`` (one line, e.g. in ``sitecustomize.py``; or
-``MULTIPROC_EXPORTER_INSTALL=1`` in the environment) makes prometheus_client's
+``MULTIPROC_EXPORTER_INSTALL=1`` in the environment, which installs when the
+application first imports prometheus_client) makes prometheus_client's
 own exposition (``generate_latest``, the OpenMetrics encoder and everything
 built on them: ``choose_encoder``, the ASGI and WSGI apps,
 ``start_http_server``) answer a registry holding only a multiprocess
 collector natively, and makes ``prometheus_client.multiprocess.MultiProcessCollector``
-the drop-in; ``uninstall()`` undoes it (``_install.py``).
+the drop-in, in prometheus_client's modules and wherever other modules bound
+those names; ``uninstall()`` undoes it (``_install.py``).
 
 ``multiproc_exporter.MultiProcessCollector(registry, path=None)`` replaces
 ``prometheus_client.multiprocess.MultiProcessCollector``: same arguments and

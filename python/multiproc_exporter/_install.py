@@ -14,9 +14,17 @@ run (``choose_encoder`` returns the module's ``generate_latest`` or
 ``openmetrics.generate_latest``; ``_bake_output``, behind ``make_wsgi_app``,
 ``make_asgi_app`` and ``start_http_server``, calls ``choose_encoder`` and
 gzips what the encoder returns; ``write_to_textfile`` and the push
-functions call ``generate_latest``), so they all take the new functions;
-code that imported ``generate_latest`` by name before ``install()`` keeps
-prometheus_client's (hence: install in ``sitecustomize.py``).
+functions call ``generate_latest``), so they all take the new functions.
+
+Code that imported one of those names before ``install()``
+(``from prometheus_client import generate_latest``, as
+prometheus-fastapi-instrumentator's ``instrumentation`` module does when it is
+imported) holds prometheus_client's object in its module: ``install()`` finds
+every module-level name bound to one of them (under any name, in every module
+of ``sys.modules`` but this package's) and replaces it too; a module whose name
+cannot be set is named in one ``RuntimeWarning``. ``uninstall()`` puts back
+every name ``install()`` replaced, and every module-level name bound to one of
+the new objects since (a module imported while installed).
 
 The new functions answer natively only when the answer is provably
 prometheus_client's: the registry is a plain ``CollectorRegistry`` (not a
@@ -30,7 +38,9 @@ function unchanged.
 
 import functools
 import os
+import sys
 import threading
+import warnings
 
 import prometheus_client
 from prometheus_client import exposition as _exposition
@@ -113,10 +123,51 @@ def _openmetrics_text(original):
     return generate_latest
 
 
+def _own(name):
+    """Whether ``name`` is a module of this package (which keeps prometheus_client's
+    collector on purpose: the drop-in's ``merge`` is its)."""
+    return name == __package__ or name.startswith(__package__ + ".")
+
+
+def _rebind(objects):
+    """Binds every module-level name of ``sys.modules`` (this package's modules
+    left out) that holds a key of ``objects`` (by identity: ``{id(old): (old,
+    new)}``) to its new object. Returns the (module, name, old, new) rebound and
+    the names of the modules whose name could not be set."""
+    rebound, unreachable = [], []
+    for module_name, module in list(sys.modules.items()):
+        if module is None or _own(module_name):
+            continue
+        try:
+            namespace = vars(module)
+        except Exception:  # no __dict__, or one that is a property that fails
+            continue
+        if not isinstance(namespace, dict):
+            continue
+        for name, value in list(namespace.items()):
+            pair = objects.get(id(value))
+            if pair is None or pair[0] is not value:
+                continue
+            old, new = pair
+            try:
+                setattr(module, name, new)
+                done = namespace.get(name) is new
+            except Exception:  # a module type whose attributes are read-only, or that refuses
+                done = False
+            if done:
+                rebound.append((module, name, old, new))
+            elif module_name not in unreachable:
+                unreachable.append(module_name)
+    return rebound, unreachable
+
+
 def install():
     """Make prometheus_client's exposition native for registries holding only a
     multiprocess collector, and ``prometheus_client.multiprocess.MultiProcessCollector``
-    the drop-in. Idempotent; ``uninstall()`` undoes it."""
+    the drop-in, wherever those names are bound: names other modules imported
+    before (``from prometheus_client import generate_latest``) are replaced too;
+    a module that cannot be changed is named in one ``RuntimeWarning``.
+    Idempotent; ``uninstall()`` undoes it."""
     with _lock:
         if _replaced:
             return
@@ -135,16 +186,34 @@ def install():
         for module, name, original, ours in targets:
             setattr(module, name, ours)
             _replaced.append((module, name, original, ours))
+        # Then every other module's name bound to one of prometheus_client's
+        # objects (prometheus_fastapi_instrumentator.instrumentation's
+        # generate_latest, an application's MultiProcessCollector).
+        rebound, unreachable = _rebind({id(original): (original, ours) for _, _, original, ours in targets})
+        _replaced.extend(rebound)
+    if unreachable:
+        warnings.warn(
+            "multiproc_exporter.install(): prometheus_client's generate_latest or MultiProcessCollector is "
+            "bound in module(s) whose names cannot be replaced, which keep prometheus_client's own (not answered "
+            "natively): " + ", ".join(unreachable),
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
 
 def uninstall():
-    """Put back what ``install()`` replaced (an attribute replaced again by
-    someone else since is left as it is)."""
+    """Put back what ``install()`` replaced, in every module it replaced a name
+    in, and in modules that bound the new objects since (a name replaced again
+    by someone else since is left as it is)."""
     with _lock:
+        back = {}
         while _replaced:
             module, name, original, ours = _replaced.pop()
-            if getattr(module, name) is ours:
+            back[id(ours)] = (ours, original)
+            if getattr(module, name, None) is ours:
                 setattr(module, name, original)
+        if back:
+            _rebind(back)
 
 
 def installed():

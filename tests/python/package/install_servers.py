@@ -9,6 +9,14 @@ unlabelled histogram; no request the test makes is instrumented, so the files ho
     (the master collects before it forks), switched on by ``MULTIPROC_EXPORTER_INSTALL=1``;
 for the text format, OpenMetrics, gzip and ``name[]``. With install(), every worker asked answered natively.
 
+And vLLM 0.33.0's own serving path (issue 55): install_apps/vllm_serve.py builds the app as vLLM's
+``attach_router`` does and serves it as ``serve_http`` does (one uvicorn server in the process), without
+``install()``, with ``install()`` before the imports, after them (in ``main()``, once the instrumentator has
+imported ``generate_latest`` by name) and through ``MULTIPROC_EXPORTER_INSTALL=1`` (the import hook). Every
+``GET /metrics`` answer is byte-identical to prometheus_client's exposition of the same files, and, with
+install() wherever it ran, every one was answered natively (the process's count of native answers grows by
+exactly the number of requests).
+
     python tests/python/package/install_servers.py
 """
 
@@ -31,7 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 APPS = os.path.join(HERE, 'install_apps')
 WORKERS = 3
 
-from prometheus_client import CollectorRegistry, exposition, multiprocess
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, exposition, multiprocess
 
 WRITER = '''
 from prometheus_client import Counter, Gauge, Histogram
@@ -74,6 +82,26 @@ def reference(metrics_dir, path, accept, instrumentator):
     return exposition._bake_output(registry, accept, '', params, True)[2]
 
 
+def ask(base, requests, rounds):
+    """Asks every request ``rounds`` times, checks each answer is the same every time, and returns the answers."""
+    answers = {}
+    for _ in range(rounds):
+        for path, accept, encoding in requests:
+            answer = get(base + path, accept, encoding)
+            assert answers.setdefault((path, accept, encoding), answer) == answer, (path, accept, encoding)
+    return answers
+
+
+def stop_session(server):
+    """SIGTERM to the server's session (its workers), SIGKILL if it has not exited within 30 s."""
+    os.killpg(server.pid, signal.SIGTERM)
+    try:
+        server.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+
+
 def serve(command, env, requests, installed):
     """Starts ``command``, asks every request 4 times (spread over the workers), checks each answer is the
     same every time, and returns the answers."""
@@ -92,11 +120,7 @@ def serve(command, env, requests, installed):
                 time.sleep(0.3)
             if time.monotonic() > deadline or server.poll() is not None:
                 raise SystemExit(f'{command[0]}: {len(started)} of {WORKERS} workers answered in 90 s')
-        answers = {}
-        for _ in range(4):
-            for path, accept, encoding in requests:
-                answer = get(base + path, accept, encoding)
-                assert answers.setdefault((path, accept, encoding), answer) == answer, (path, accept, encoding)
+        answers = ask(base, requests, 4)
         states = {}
         for _ in range(8 * WORKERS):
             state = json.loads(get(base + '/installed')[1])
@@ -112,12 +136,66 @@ def serve(command, env, requests, installed):
             assert sum(s['native_answers'] for s in states.values()) > 0, states
         return answers, len(states)
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        stop_session(server)
+
+
+# What vLLM's /metrics (the instrumentator's expose(): Accept and the query ignored, gzip off) is asked.
+VLLM_REQUESTS = [('/metrics', '', ''), ('/metrics', 'application/openmetrics-text', ''), ('/metrics', '', 'gzip'),
+                 ('/metrics?name[]=g_all', '', '')]
+VLLM_ROUNDS = 4
+# Where install() runs: the environment of vllm_serve.py.
+VLLM_INSTALLS = {
+    'no install()': {},
+    'install() before the imports': {'MPE_INSTALL_AT': 'before'},
+    'install() after the imports, in main()': {'MPE_INSTALL_AT': 'after'},
+    'MULTIPROC_EXPORTER_INSTALL=1': {'MULTIPROC_EXPORTER_INSTALL': '1'},
+}
+
+
+def serve_vllm(env):
+    """Starts vllm_serve.py (one process), asks VLLM_REQUESTS VLLM_ROUNDS times, and returns the answers (each
+    the same every time), and /installed before and after the requests."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, os.path.join(APPS, 'vllm_serve.py'), str(port)], env=env, cwd=APPS,
+                              start_new_session=True)
+    base = f'http://127.0.0.1:{port}'
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                before = json.loads(get(base + '/installed')[1])
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise SystemExit('vllm_serve.py did not answer in 90 s')
+                time.sleep(0.3)
+        answers = ask(base, VLLM_REQUESTS, VLLM_ROUNDS)
+        after = json.loads(get(base + '/installed')[1])
+        assert before['pid'] == after['pid'] == server.pid, (before, after, server.pid)
+        return answers, before, after
+    finally:
+        stop_session(server)
+
+
+def vllm_serving_path(metrics_dir, env):
+    content_types = set()
+    for name, extra in VLLM_INSTALLS.items():
+        answers, before, after = serve_vllm(dict(env, **extra))
+        # The server has stopped: the files hold what they held when it answered.
+        expected = reference(metrics_dir, '/metrics', '', True)
+        for request, (content_type, body) in answers.items():
+            assert body == expected, (name, request, body, expected)
+            content_types.add(content_type)
+        installed = bool(extra)
+        assert before['installed'] is after['installed'] is installed, (name, before, after)
+        # The name prometheus-fastapi-instrumentator imported is install()'s function.
+        assert after['instrumentator'] is installed, (name, after)
+        native = after['native_answers'] - before['native_answers']
+        asked = VLLM_ROUNDS * len(VLLM_REQUESTS)
+        assert native == (asked if installed else 0), (name, native, asked)
+        print(f'install_servers: vLLM 0.33.0 attach_router + serve_http, {name}: {asked} GET /metrics, each equal '
+              f'to prometheus_client\'s exposition of the same files, {native} answered natively')
+    assert content_types == {CONTENT_TYPE_LATEST}, content_types
 
 
 def main():
@@ -155,6 +233,7 @@ def main():
             assert any(b'vllm:request_success_total' in body for _, body in answers[True].values())
             print(f'install_servers: {name}: {len(requests)} requests x 4, each equal to prometheus_client\'s '
                   f'exposition of the same files, with and without install() ({workers} workers answered)')
+        vllm_serving_path(metrics_dir, env)
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
     print('install_servers: ok')

@@ -1,12 +1,15 @@
-"""``multiproc_exporter.install()`` (issue 50), run by scripts/test-python-package with the installed wheel:
+"""``multiproc_exporter.install()`` (issues 50 and 55), run by scripts/test-python-package with the installed wheel:
 prometheus_client's own exposition paths give the same bytes with and without it on the same files (written by
 real prometheus_client processes), answer natively only for a registry holding just a multiprocess collector,
 and fall back to prometheus_client for anything else; ``uninstall()`` restores; the drop-in's ``merge``, the
-bounded per-directory state and fork safety."""
+bounded per-directory state and fork safety; install() replaces the names other modules imported before it (and
+warns naming a module it cannot change), uninstall() puts every one back; ``MULTIPROC_EXPORTER_INSTALL=1`` imports
+nothing before the application does."""
 
 import asyncio
 import gzip
 import io
+import json
 import os
 import select
 import signal
@@ -14,6 +17,8 @@ import subprocess
 import sys
 import textwrap
 import threading
+import types
+import warnings
 import urllib.request
 import wsgiref.util
 
@@ -29,9 +34,10 @@ import multiproc_exporter
 import multiproc_exporter._install as install_module
 from multiproc_exporter import _native
 
-ORIGINAL_TEXT = exposition.generate_latest
-ORIGINAL_OPENMETRICS = openmetrics.generate_latest
-ORIGINAL_COLLECTOR = multiprocess.MultiProcessCollector
+# prometheus_client's own objects, kept in a namespace: install() replaces every module-level name bound to them
+# (this module's too), not attributes of other objects.
+ORIGINAL = types.SimpleNamespace(text=exposition.generate_latest, openmetrics=openmetrics.generate_latest,
+                                 collector=multiprocess.MultiProcessCollector)
 
 # Every kind of multiprocess file and the names and label values that need escaping.
 WRITER = r'''
@@ -92,9 +98,9 @@ def registry_of(directory, collector_class=None):
     return registry
 
 
-def reference(directory, encoder=ORIGINAL_TEXT, **kwargs):
+def reference(directory, encoder=ORIGINAL.text, **kwargs):
     """prometheus_client's own answer (its collector, its encoder), without install()."""
-    return encoder(registry_of(directory, ORIGINAL_COLLECTOR), **kwargs)
+    return encoder(registry_of(directory, ORIGINAL.collector), **kwargs)
 
 
 def test_install_replaces_and_uninstall_restores_and_install_is_idempotent():
@@ -102,34 +108,34 @@ def test_install_replaces_and_uninstall_restores_and_install_is_idempotent():
     multiproc_exporter.install()
     try:
         first = (exposition.generate_latest, prometheus_client.generate_latest, openmetrics.generate_latest)
-        assert exposition.generate_latest is not ORIGINAL_TEXT
+        assert exposition.generate_latest is not ORIGINAL.text
         assert prometheus_client.generate_latest is exposition.generate_latest
-        assert openmetrics.generate_latest is not ORIGINAL_OPENMETRICS
+        assert openmetrics.generate_latest is not ORIGINAL.openmetrics
         assert multiprocess.MultiProcessCollector is multiproc_exporter.MultiProcessCollector
         multiproc_exporter.install()
         assert (exposition.generate_latest, prometheus_client.generate_latest, openmetrics.generate_latest) == first
         assert exposition.generate_latest.__name__ == 'generate_latest'
     finally:
         multiproc_exporter.uninstall()
-    assert exposition.generate_latest is ORIGINAL_TEXT
-    assert prometheus_client.generate_latest is ORIGINAL_TEXT
-    assert openmetrics.generate_latest is ORIGINAL_OPENMETRICS
-    assert multiprocess.MultiProcessCollector is ORIGINAL_COLLECTOR
+    assert exposition.generate_latest is ORIGINAL.text
+    assert prometheus_client.generate_latest is ORIGINAL.text
+    assert openmetrics.generate_latest is ORIGINAL.openmetrics
+    assert multiprocess.MultiProcessCollector is ORIGINAL.collector
     multiproc_exporter.uninstall()
-    assert exposition.generate_latest is ORIGINAL_TEXT
+    assert exposition.generate_latest is ORIGINAL.text
 
 
 @pytest.mark.parametrize('collector', ['drop-in', 'prometheus_client'])
 def test_generate_latest_and_openmetrics_are_byte_identical_and_native(directory, installed, native_calls, collector):
-    collector_class = multiproc_exporter.MultiProcessCollector if collector == 'drop-in' else ORIGINAL_COLLECTOR
+    collector_class = multiproc_exporter.MultiProcessCollector if collector == 'drop-in' else ORIGINAL.collector
     registry = registry_of(directory, collector_class)
     cases = [
         (prometheus_client.generate_latest(registry), reference(directory)),
         (exposition.generate_latest(registry), reference(directory)),
         (exposition.generate_latest(registry, 'allow-utf-8'), reference(directory, escaping='allow-utf-8')),
-        (openmetrics.generate_latest(registry), reference(directory, ORIGINAL_OPENMETRICS)),
+        (openmetrics.generate_latest(registry), reference(directory, ORIGINAL.openmetrics)),
         (openmetrics.generate_latest(registry, 'allow-utf-8', '2.0.0'),
-         reference(directory, ORIGINAL_OPENMETRICS, escaping='allow-utf-8', version='2.0.0')),
+         reference(directory, ORIGINAL.openmetrics, escaping='allow-utf-8', version='2.0.0')),
     ]
     for got, expected in cases:
         assert got == expected
@@ -222,7 +228,7 @@ def test_the_wsgi_and_asgi_apps_give_prometheus_clients_bytes(directory, kind, n
     multiproc_exporter.install()
     try:
         # The app made after install(), and one made before it (it looks generate_latest up when it answers).
-        for app in (make(registry_of(directory)), make(registry_of(directory, ORIGINAL_COLLECTOR))):
+        for app in (make(registry_of(directory)), make(registry_of(directory, ORIGINAL.collector))):
             assert [get(app, *request) for request in REQUESTS] == expected
     finally:
         multiproc_exporter.uninstall()
@@ -234,7 +240,7 @@ def test_start_http_server_gives_prometheus_clients_bytes(directory, installed, 
     try:
         url = f'http://127.0.0.1:{server.server_port}/metrics'
         for accept, expected in (('', reference(directory)),
-                                 ('application/openmetrics-text', reference(directory, ORIGINAL_OPENMETRICS))):
+                                 ('application/openmetrics-text', reference(directory, ORIGINAL.openmetrics))):
             request = urllib.request.Request(url, headers={'Accept': accept, 'Accept-Encoding': 'gzip'})
             with urllib.request.urlopen(request, timeout=30) as response:
                 assert response.headers['Content-Encoding'] == 'gzip'
@@ -280,7 +286,7 @@ def fallback_registries(directory):
 
 def test_other_registries_fall_back_to_prometheus_client(directory, native_calls):
     registries = fallback_registries(directory)
-    expected = {name: (ORIGINAL_TEXT(r), ORIGINAL_OPENMETRICS(r), ORIGINAL_TEXT(r, 'dots'))
+    expected = {name: (ORIGINAL.text(r), ORIGINAL.openmetrics(r), ORIGINAL.text(r, 'dots'))
                 for name, r in registries.items()}
     native_calls.clear()
     multiproc_exporter.install()
@@ -304,30 +310,200 @@ def test_other_registries_fall_back_to_prometheus_client(directory, native_calls
         multiproc_exporter.uninstall()
 
 
-def test_a_name_imported_before_install_keeps_prometheus_clients_function():
+def test_a_local_name_imported_before_install_keeps_prometheus_clients_function():
+    # A function's local variable is out of install()'s reach (module-level names are not: below).
     from prometheus_client import generate_latest as imported_before
     multiproc_exporter.install()
     try:
-        assert imported_before is ORIGINAL_TEXT
+        assert imported_before is ORIGINAL.text
         from prometheus_client import generate_latest as imported_after
-        assert imported_after is exposition.generate_latest is not ORIGINAL_TEXT
+        assert imported_after is exposition.generate_latest is not ORIGINAL.text
     finally:
         multiproc_exporter.uninstall()
+
+
+# A module that imports prometheus_client's names as applications and libraries do.
+IMPORTER = """
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import generate_latest as aliased
+from prometheus_client.exposition import generate_latest as text
+from prometheus_client.openmetrics.exposition import generate_latest as om
+from prometheus_client.multiprocess import MultiProcessCollector
+
+
+def metrics(path, encoder=None):
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=path)
+    return (encoder or generate_latest)(registry)
+"""
+
+IMPORTED = {'generate_latest': 'text', 'aliased': 'text', 'text': 'text', 'om': 'openmetrics',
+            'MultiProcessCollector': 'collector'}
+
+
+@pytest.fixture
+def importer(tmp_path, monkeypatch):
+    """A module imported (before install()) from a file, as an application's are."""
+    (tmp_path / 'mpe_importer.py').write_text(IMPORTER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import mpe_importer
+    yield mpe_importer
+    sys.modules.pop('mpe_importer', None)
+
+
+def test_install_after_the_imports_replaces_the_names_modules_imported(directory, importer, native_calls):
+    """Issue 55: install() after prometheus-fastapi-instrumentator (or any module) imported generate_latest by name
+    left that name prometheus_client's: its /metrics kept prometheus_client's encoder, without a warning."""
+    import prometheus_fastapi_instrumentator.instrumentation as instrumentation
+    assert instrumentation.generate_latest is ORIGINAL.text
+    expected = reference(directory)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')  # every name reachable: no warning
+        multiproc_exporter.install()
+    try:
+        assert instrumentation.generate_latest is exposition.generate_latest is not ORIGINAL.text
+        for name, kind in IMPORTED.items():
+            assert getattr(importer, name) is not getattr(ORIGINAL, kind), name
+            assert getattr(importer, name) is {'text': exposition.generate_latest,
+                                               'openmetrics': openmetrics.generate_latest,
+                                               'collector': multiproc_exporter.MultiProcessCollector}[kind], name
+        native_calls.clear()
+        assert importer.metrics(directory) == expected
+        assert importer.metrics(directory, importer.om) == reference(directory, ORIGINAL.openmetrics)
+        assert native_calls == [True, True]
+        # The package keeps prometheus_client's collector (its merge is the drop-in's).
+        assert multiproc_exporter._PrometheusClientCollector is ORIGINAL.collector
+    finally:
+        multiproc_exporter.uninstall()
+    assert instrumentation.generate_latest is ORIGINAL.text
+    for name, kind in IMPORTED.items():
+        assert getattr(importer, name) is getattr(ORIGINAL, kind), name
+
+
+def test_uninstall_restores_names_bound_while_installed(tmp_path, monkeypatch):
+    """Issue 55: uninstall() left the wrapper in the modules that held it (the instrumentator kept answering
+    natively): a module imported while installed binds install()'s objects; uninstall() puts prometheus_client's
+    back in it too."""
+    multiproc_exporter.install()
+    try:
+        (tmp_path / 'mpe_imported_while_installed.py').write_text(IMPORTER)
+        monkeypatch.syspath_prepend(str(tmp_path))
+        import mpe_imported_while_installed as module
+        assert module.generate_latest is exposition.generate_latest is not ORIGINAL.text
+    finally:
+        multiproc_exporter.uninstall()
+    try:
+        for name, kind in IMPORTED.items():
+            assert getattr(module, name) is getattr(ORIGINAL, kind), name
+    finally:
+        sys.modules.pop('mpe_imported_while_installed', None)
+
+
+class ReadOnlyModule(types.ModuleType):
+    """A module whose names cannot be set (as some lazy-module and proxy types)."""
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f'{self.__name__} is read-only')
+
+
+def test_install_warns_once_naming_each_module_it_cannot_reach(directory, importer):
+    """Issue 55: a module holding prometheus_client's generate_latest that install() cannot change is named, in
+    one warning; the others are replaced all the same."""
+    unreachable = []
+    for name in ('mpe_read_only_one', 'mpe_read_only_two'):
+        module = ReadOnlyModule(name)
+        vars(module).update(generate_latest=ORIGINAL.text, MultiProcessCollector=ORIGINAL.collector)
+        sys.modules[name] = module
+        unreachable.append(module)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            multiproc_exporter.install()
+        try:
+            messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+            assert len(messages) == 1, messages
+            assert 'mpe_read_only_one, mpe_read_only_two' in messages[0], messages
+            assert caught[0].filename == __file__  # the caller of install() is pointed at
+            assert all(m.generate_latest is ORIGINAL.text for m in unreachable)
+            assert importer.generate_latest is exposition.generate_latest is not ORIGINAL.text
+            # Installed already: nothing more, no second warning.
+            with warnings.catch_warnings():
+                warnings.simplefilter('error')
+                multiproc_exporter.install()
+        finally:
+            multiproc_exporter.uninstall()
+        assert importer.generate_latest is ORIGINAL.text
+    finally:
+        for module in unreachable:
+            sys.modules.pop(module.__name__, None)
+
+
+# An application that points prometheus_client at its directory in its own code, before importing it (gunicorn's
+# and Flask's common pattern), then writes a counter and answers /metrics as prometheus_client documents.
+APPLICATION = r"""
+import json, os, sys
+loaded_before = sorted(m for m in sys.modules if m.split('.')[0] in ('prometheus_client', 'multiproc_exporter'))
+os.environ['PROMETHEUS_MULTIPROC_DIR'] = sys.argv[1]
+from prometheus_client import CollectorRegistry, Counter, generate_latest, multiprocess
+counter = Counter('app_requests', 'Requests.', ['path'])
+counter.labels('/').inc(3)
+registry = CollectorRegistry()
+multiprocess.MultiProcessCollector(registry)
+body = generate_latest(registry)
+install = sys.modules.get('multiproc_exporter._install')
+print(json.dumps({
+    'loaded_before': loaded_before,
+    'value_class': type(counter.labels('/')._value).__name__,
+    'files': sorted(f.replace(str(os.getpid()), 'PID') for f in os.listdir(sys.argv[1])),
+    'body': body.decode(),
+    'installed': bool(install and install.installed()),
+    'native_answers': install.native_answers if install else 0,
+}))
+"""
+
+
+def test_the_switch_imports_nothing_before_the_application_sets_its_directory(tmp_path):
+    """Issue 55: MULTIPROC_EXPORTER_INSTALL=1 imported prometheus_client at interpreter start-up (the .pth), so
+    an application that sets PROMETHEUS_MULTIPROC_DIR in its code before importing prometheus_client got
+    in-memory values (MutexValue) and wrote no file. With the switch it now writes the same files, and its
+    /metrics is answered natively."""
+    runs = {}
+    for switch in ('', '1'):
+        directory = tmp_path / f'switch{switch or 0}'
+        directory.mkdir()
+        env = {k: v for k, v in os.environ.items() if k not in ('PROMETHEUS_MULTIPROC_DIR', 'prometheus_multiproc_dir')}
+        env['MULTIPROC_EXPORTER_INSTALL'] = switch
+        out = subprocess.run([sys.executable, '-c', APPLICATION, str(directory)], env=env, check=True,
+                             capture_output=True, text=True)
+        assert out.stderr == '', out.stderr
+        runs[switch] = json.loads(out.stdout)
+    without, with_switch = runs[''], runs['1']
+    assert without['value_class'] == with_switch['value_class'] == 'MmapedValue'
+    assert without['files'] == with_switch['files'] == ['counter_PID.db']
+    assert without['loaded_before'] == with_switch['loaded_before'] == []
+    assert without['body'] == with_switch['body'] and 'app_requests_total{path="/"} 3.0' in with_switch['body']
+    assert (without['installed'], without['native_answers']) == (False, 0)
+    assert (with_switch['installed'], with_switch['native_answers']) == (True, 1)
+    # A process that never imports prometheus_client loads nothing of either.
+    out = subprocess.run([sys.executable, '-c', 'import sys; print(sorted(m for m in sys.modules if "prometheus" in m '
+                          'or "multiproc_exporter" in m))'], env=dict(env, MULTIPROC_EXPORTER_INSTALL='1'),
+                         check=True, capture_output=True, text=True)
+    assert out.stdout.strip() == "['_multiproc_exporter_hook']", out.stdout
 
 
 def test_merge_is_prometheus_clients(directory):
     files = sorted(os.path.join(directory, f) for f in os.listdir(directory))
     for accumulate in (True, False):
         ours = list(multiproc_exporter.MultiProcessCollector.merge(files, accumulate=accumulate))
-        theirs = list(ORIGINAL_COLLECTOR.merge(files, accumulate=accumulate))
+        theirs = list(ORIGINAL.collector.merge(files, accumulate=accumulate))
         assert repr(ours) == repr(theirs) and ours  # repr: NaN is not equal to itself
     multiproc_exporter.install()
     try:
         # prometheus_client's merge calls its helpers through the module's name, the drop-in after install().
-        assert repr(list(ORIGINAL_COLLECTOR.merge(files))) == repr(list(ORIGINAL_COLLECTOR._accumulate_metrics(
-            ORIGINAL_COLLECTOR._read_metrics(files), True)))
+        assert repr(list(ORIGINAL.collector.merge(files))) == repr(list(ORIGINAL.collector._accumulate_metrics(
+            ORIGINAL.collector._read_metrics(files), True)))
         assert repr(list(multiprocess.MultiProcessCollector.merge(files, accumulate=False))) == \
-            repr(list(ORIGINAL_COLLECTOR._accumulate_metrics(ORIGINAL_COLLECTOR._read_metrics(files), False)))
+            repr(list(ORIGINAL.collector._accumulate_metrics(ORIGINAL.collector._read_metrics(files), False)))
     finally:
         multiproc_exporter.uninstall()
 
@@ -339,7 +515,7 @@ def test_collected_families_are_reused_until_they_change_and_are_copies(tmp_path
     first['a'].samples.append('changed by a caller')
     write(tmp_path, 'from prometheus_client import Counter; Counter("b", "B.").inc(5)', 1)
     second = {m.name: m for m in collector.collect()}
-    assert second == {m.name: m for m in ORIGINAL_COLLECTOR(None, path=str(tmp_path)).collect()}
+    assert second == {m.name: m for m in ORIGINAL.collector(None, path=str(tmp_path)).collect()}
     # "a" did not change: the same sample objects, in a new list; "b" is new.
     assert second['a'].samples[0] is first['a'].samples[0] and len(second['a'].samples) == 1
     assert second['b'].samples[0] is not first['b'].samples[0]
@@ -388,13 +564,13 @@ def test_fork_after_a_collection(tmp_path):
     registry = registry_of(path, multiproc_exporter.MultiProcessCollector)
     for _ in range(3):
         assert multiproc_exporter.generate_latest(path) == expected
-        assert ORIGINAL_TEXT(registry) == expected
+        assert ORIGINAL.text(registry) == expected
     read, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
             os.close(read)
-            ok = all(multiproc_exporter.generate_latest(path) == expected and ORIGINAL_TEXT(registry) == expected
+            ok = all(multiproc_exporter.generate_latest(path) == expected and ORIGINAL.text(registry) == expected
                      for _ in range(3))
             os.write(write_end, b'ok' if ok else b'different')
         finally:
