@@ -221,7 +221,7 @@ impl PlanCache {
     ///
     /// When the set of files folded changes (and so the order of the sums),
     /// no counter, histogram or summary series goes below what the old
-    /// order gives on the same values (see [`super::floors`]). `identities`
+    /// order gives on the same values (see the private `merge::floors`). `identities`
     /// names each file across plans and [`Self::rebuild`]s (empty: by its
     /// generation).
     ///

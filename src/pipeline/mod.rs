@@ -166,7 +166,7 @@ pub struct Gathered {
 
 impl Gathered {
     /// Whether the directories answered in full: no file failed to read
-    /// ([`crate::source::skip::SkipReason::is_transient`]), no part's read
+    /// ([`crate::source::SkipReason::is_transient`]), no part's read
     /// panicked, and no discovered part was capped or late.
     pub fn complete(&self) -> bool {
         self.collection

@@ -10,7 +10,7 @@
 //! and put in that destination's queue, bounded in collections
 //! (`--push.queue-capacity`) and in bytes (`--push.queue-max-bytes`;
 //! `queue.rs`). The collection knows whether every source answered in full
-//! ([`super::Collection::complete`]): a series missing from an incomplete
+//! (`Collection::complete`): a series missing from an incomplete
 //! one is not gone (`otlp::collect_partial`). Each destination's sender sends its queue oldest first, one
 //! collection per request, so each series gets its samples in timestamp
 //! order (Prometheus rejects a whole request with an out-of-order sample).

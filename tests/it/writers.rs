@@ -558,7 +558,6 @@ fn write_dead_writer(dir: &Path, pid: u32, n: f64) {
 fn frozen_dead_writers_are_skipped_and_the_output_stays_that_of_every_file() {
     use multiproc_exporter::expose::encode::{encode, Escaping, Format};
     use multiproc_exporter::pipeline::Collector;
-    use multiproc_exporter::source::writers::{LivenessMode, WriterPolicy};
     use multiproc_exporter::source::Input;
     let Some(python) = python() else { return };
     let tmp = tempfile::tempdir().unwrap();
@@ -572,16 +571,7 @@ fn frozen_dead_writers_are_skipped_and_the_output_stays_that_of_every_file() {
     }
     settle_directory(dir);
     let inputs = [Input::Directory(dir.to_path_buf())];
-    let collector = |fold_dead| {
-        let mut collector = Collector::new();
-        collector.set_writer_policy(WriterPolicy {
-            liveness: LivenessMode::Proc,
-            process_metrics: false,
-            fold_dead,
-            ..WriterPolicy::default()
-        });
-        collector
-    };
+    let collector = crate::support::proc_collector;
     let (mut folded, mut every) = (collector(true), collector(false));
     let mut counter = multiproc_exporter::format::writer::MetricsFile::open(
         dir.join(format!("counter_{}.db", live.pid())),

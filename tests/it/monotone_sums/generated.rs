@@ -39,7 +39,6 @@ use multiproc_exporter::format::writer::{
 };
 use multiproc_exporter::model::MetricType;
 use multiproc_exporter::pipeline::Collector;
-use multiproc_exporter::source::writers::{LivenessMode, WriterPolicy};
 use multiproc_exporter::source::Input;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
@@ -328,16 +327,7 @@ impl Case {
         }
         .unwrap();
         let inputs = vec![Input::Directory(tmp.path().to_path_buf())];
-        let collector = |fold_dead| {
-            let mut collector = Collector::new();
-            collector.set_writer_policy(WriterPolicy {
-                liveness: LivenessMode::Proc,
-                process_metrics: false,
-                fold_dead,
-                ..WriterPolicy::default()
-            });
-            collector
-        };
+        let collector = crate::support::proc_collector;
         let mut case = Case {
             _tmp: tmp,
             inputs,

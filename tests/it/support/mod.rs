@@ -811,3 +811,18 @@ pub(crate) fn start_demo_serving(extra: &[&str], family: &str) -> (Exporter, Str
     });
     (demo, first)
 }
+
+/// A collector that takes writers' liveness from `/proc`
+/// (`--writers.liveness=proc`) without process metrics; `fold_dead` off is
+/// `--writers.exact-sums`.
+pub(crate) fn proc_collector(fold_dead: bool) -> multiproc_exporter::pipeline::Collector {
+    use multiproc_exporter::source::writers::{LivenessMode, WriterPolicy};
+    let mut collector = multiproc_exporter::pipeline::Collector::new();
+    collector.set_writer_policy(WriterPolicy {
+        liveness: LivenessMode::Proc,
+        process_metrics: false,
+        fold_dead,
+        ..WriterPolicy::default()
+    });
+    collector
+}
