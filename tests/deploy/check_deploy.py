@@ -868,7 +868,9 @@ def check_dockerfile(hadolint, help_text, cargo_check):
     have = tuple(int(x) for x in args["RUST_VERSION"].split("."))
     ensure(have >= want[: len(have)], f"RUST_VERSION {args['RUST_VERSION']} below rust-version {cargo['package']['rust-version']}")
     runs = " ".join(rest for kw, rest in instructions if kw == "RUN")
-    ensure(f"--bin {binary}" in runs and "--locked" in runs and '--target "$triple"' in runs and f'target/$triple/release/{binary}' in runs, "builds the binary named in Cargo.toml, for the target platform")
+    ensure(f"--bin {binary}" in runs and "--locked" in runs and '--target "$triple"' in runs and f'target/$triple/$profile_dir/{binary}' in runs, "builds the binary named in Cargo.toml, for the target platform")
+    # In the release profile unless asked otherwise (CI proves the stage in `dev`: scripts/test-image build-stage).
+    ensure(args.get("CARGO_PROFILE") == "release" and '--profile "${CARGO_PROFILE}"' in runs, "builds in the release profile by default (ARG CARGO_PROFILE=release)")
     final = instructions[max(i for i, (kw, _) in enumerate(instructions) if kw == "FROM") :]
     entry = [rest for kw, rest in final if kw == "ENTRYPOINT"]
     ensure(entry == [f'["/{binary}"]'], f"ENTRYPOINT is the binary: {entry}")
