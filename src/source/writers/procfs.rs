@@ -72,10 +72,22 @@ pub fn since_boot() -> Option<f64> {
 
 /// When the process of `dir` (`/proc/<pid>`) started, in seconds since boot
 /// (no wall clock involved: immune to its steps).
+/// `None` too for a zombie: a process that exited but is not reaped yet
+/// (for seconds, or for ever under a pid 1 that reaps nothing) holds no file
+/// and runs nothing.
 pub fn start_since_boot(dir: &Path) -> Option<f64> {
     let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
     let fields = stat_fields(&stat)?;
+    if exited(&fields) {
+        return None;
+    }
     Some(stat_field(&fields, 22)? as f64 / USER_HZ)
+}
+
+/// Whether a `stat` file's fields are those of a process that exited and
+/// awaits its parent (state `Z`, or `X` while it is being reaped).
+fn exited(fields: &[&str]) -> bool {
+    matches!(fields.first(), Some(&("Z" | "X")))
 }
 
 /// The boot time that `/proc/uptime`'s text `uptime` gives at Unix time
@@ -99,6 +111,9 @@ pub const START_TIME_PRECISION_SECONDS: f64 = 0.05;
 pub fn start_time(dir: &Path) -> Option<f64> {
     let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
     let fields = stat_fields(&stat)?;
+    if exited(&fields) {
+        return None;
+    }
     Some(precise_boot_time()? + stat_field(&fields, 22)? as f64 / USER_HZ)
 }
 
@@ -418,6 +433,35 @@ mod tests {
         child.wait().unwrap();
         assert_eq!(kept.start_time(), None);
         assert!(ProcessHandle::open(Path::new("/proc/0")).is_none());
+    }
+
+    /// Found merging issue 53: a run's writers killed with their process
+    /// group stay zombies until pid 1 reaps them (seconds here, for ever
+    /// under a pid 1 that reaps nothing), and the rule "no process holds a
+    /// writer's pid" kept the stale run.
+    #[test]
+    fn a_zombie_writer_is_not_a_running_process() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("100")
+            .spawn()
+            .unwrap();
+        let dir = process_dir(child.id());
+        assert!(start_since_boot(&dir).is_some());
+        child.kill().unwrap();
+        // Not waited for: a zombie until `wait`.
+        let zombie = (0..1000).any(|_| {
+            let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
+            let fields = stat_fields(&stat).unwrap_or_default();
+            if exited(&fields) {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            false
+        });
+        assert!(zombie, "the killed child shows as a zombie");
+        assert_eq!(start_since_boot(&dir), None);
+        assert_eq!(start_time(&dir), None);
+        child.wait().unwrap();
     }
 
     #[test]
