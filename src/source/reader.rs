@@ -8,9 +8,7 @@
 //! aarch64 as on x86-64): the docs of `reader/ordering.rs`.
 
 use std::ffi::{OsStr, OsString};
-use std::fs::{File, OpenOptions};
-use std::io;
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -28,8 +26,7 @@ use crate::format::layout::{
 use crate::merge::{KeyId, KeyStore, MergeError, MergeInput};
 use crate::transform::views::SourceFilter;
 use file_io::{
-    birth, io_reason, is_live_gauge_path, open_read_only, read_fully_at, read_values, read_window,
-    READ_CHUNK,
+    birth, io_reason, is_live_gauge_path, open_read_only, read_values, read_window, READ_CHUNK,
 };
 
 /// Bytes read at least on a file's first read (Python reads one page first).

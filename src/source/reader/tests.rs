@@ -1,6 +1,8 @@
 //! Tests of the windowed reading and the memory budget of [`super::Reader`].
 
+use std::fs::{File, OpenOptions};
 use std::io::Write as _;
+use std::os::unix::fs::FileExt as _;
 
 use super::*;
 use crate::format::layout::file_bytes;
