@@ -239,8 +239,13 @@ fn timed_get(address: std::net::SocketAddr, path: &str) -> (String, Duration) {
     (status, start.elapsed())
 }
 
+/// `/-/healthy` never waits for a collection, even with one async worker.
+/// Judged by a ratio, not a time (a loaded 2-core machine once took over
+/// 100 ms to answer at all): an answer that waited for the collection would
+/// take about as long as the collection (the longest poll); each takes a
+/// fraction of it.
 #[test]
-fn healthy_answers_within_100ms_beside_a_stalled_view_collection_on_one_worker() {
+fn healthy_does_not_wait_for_a_stalled_view_collection_on_one_worker() {
     let dir = tempfile::tempdir().unwrap();
     // One large file: the view's first collection takes a while (seconds
     // in a debug build), which is the stall.
@@ -297,12 +302,15 @@ fn healthy_answers_within_100ms_beside_a_stalled_view_collection_on_one_worker()
         during += 1;
         std::thread::sleep(Duration::from_millis(50));
     }
+    let mut collection = Duration::ZERO;
     for poll in polls {
-        let (status, _) = poll.join().unwrap();
+        let (status, took) = poll.join().unwrap();
         assert!(status.contains("200"), "{status}");
+        collection = collection.max(took);
     }
     assert!(
-        worst < Duration::from_millis(100),
-        "/-/healthy took {worst:?} at worst ({during} polls during the collection)"
+        worst * 3 < collection,
+        "/-/healthy took {worst:?} at worst, beside polls of up to {collection:?} \
+         ({during} answers during the collection)"
     );
 }

@@ -20,10 +20,11 @@
 //! write samples come in timestamp order; the queue stays within
 //! `--push.queue-max-bytes` (the newest and the attempted aside).
 //!
-//! `MPE_PUSH_MODEL_CASES` sets the number of cases (default 256) and
-//! `MPE_PUSH_MODEL_SEED` the seed (printed at every run; a failure prints
-//! the shrunk sequence): replay a failure with
-//! `MPE_PUSH_MODEL_SEED=<seed> cargo test --lib push_model`.
+//! 256 cases from a fixed seed ([`SEED`]), so that CI passes or fails the
+//! same on every machine; proptest's own variables run others, as for every
+//! generated test of the crate (`PROPTEST_CASES`, `PROPTEST_RNG_SEED`; the
+//! seed is printed at every run, a failure prints the shrunk sequence):
+//! `PROPTEST_RNG_SEED=<seed> cargo test --lib push_model` replays it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -585,27 +586,26 @@ impl StateMachineTest for PushPath {
     }
 }
 
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok()?.trim().parse().ok()
-}
+/// The seed of the cases CI runs.
+const SEED: u64 = 54;
 
 #[test]
 fn push_model() {
-    let seed = env_u64("MPE_PUSH_MODEL_SEED").unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(54, |d| d.as_nanos() as u64)
-    });
-    let cases = env_u64("MPE_PUSH_MODEL_CASES").unwrap_or(256) as u32;
-    eprintln!(
-        "push_model: seed {seed}, {cases} cases (replay: MPE_PUSH_MODEL_SEED={seed} cargo test --lib push_model)"
-    );
-    let config = Config {
-        cases,
-        rng_seed: RngSeed::Fixed(seed),
+    // proptest reads `PROPTEST_CASES` and `PROPTEST_RNG_SEED`.
+    let mut config = Config {
         failure_persistence: None,
         ..Config::default()
     };
+    if std::env::var_os("PROPTEST_CASES").is_none() {
+        config.cases = 256;
+    }
+    if config.rng_seed == RngSeed::Random {
+        config.rng_seed = RngSeed::Fixed(SEED);
+    }
+    let (cases, seed) = (config.cases, config.rng_seed);
+    eprintln!(
+        "push_model: seed {seed}, {cases} cases (replay: PROPTEST_RNG_SEED={seed} cargo test --lib push_model)"
+    );
     let mut runner = TestRunner::new(config.clone());
     let result = runner.run(
         &Model::sequential_strategy(1..60),
