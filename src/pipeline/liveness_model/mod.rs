@@ -758,3 +758,52 @@ fn a_new_name_set_shares_what_metrics_knows_of_the_runs() {
         Ask(Asker::NameSet),
     ]);
 }
+
+/// Found by the generator (issue 53, defect 2's check): the content hash
+/// read a run's files a window at a time up to their `used` header, 40 MiB
+/// of a sparse file a collection leaves out at its first zero-filled record
+/// after reading 1 MiB at most, at every look. It now stops where a
+/// collection stops.
+#[test]
+#[rustfmt::skip]
+fn a_look_at_a_runs_content_stops_where_a_collection_stops() {
+    use Step::*;
+    replay(Shape::SharedAuto, false, &[
+        StartRun { dir: 0, pid: 100, busy: false },
+        Oversized { run: 0, file: model::Oversized::SparseMid },
+        StopRun { run: 0, clean: false },
+        Ask(Asker::Metrics),
+    ]);
+}
+
+/// Issue 53 (defect 2), as the generator found it with the fix reverted:
+/// the content hash read a sparse file of a run into memory up to its
+/// header's claim (1.75 GiB), under a budget of 256 KiB.
+#[test]
+#[rustfmt::skip]
+fn liveness_evidence_is_read_within_the_budget() {
+    use Step::*;
+    replay_model(Model::with(Shape::Own, true, Some(BUDGET), Tree::UnderInit), &[
+        StartRun { dir: 0, pid: 1, busy: false },
+        Oversized { run: 0, file: model::Oversized::SparseHuge },
+        Ask(Asker::Metrics),
+    ]);
+}
+
+/// Issue 53 (defect 8), as the generator found it with the fix reverted:
+/// the node agent counted every process but its own, so tini above it was
+/// one "visible" process and its warning never came.
+#[test]
+#[rustfmt::skip]
+fn the_node_agent_counts_only_the_processes_outside_its_own_tree() {
+    use Step::*;
+    replay_model(Model::with(Shape::SharedAuto, false, None, Tree::UnderInit), &[
+        Child { start: true },
+        StartRun { dir: 0, pid: 100, busy: false },
+        Ask(Asker::Metrics),
+    ]);
+    replay_model(Model::with(Shape::Own, false, None, Tree::UnderShell), &[
+        Child { start: true },
+        Ask(Asker::Metrics),
+    ]);
+}
