@@ -85,11 +85,12 @@ impl Pods {
             }
             Step::PodWorker { .. } => self.start(model),
             Step::PodWrite { writer } => self.count(writer),
-            Step::PodExit { writer, kill } => {
-                if !kill {
-                    let w = &model.pod_writers[writer];
-                    mark_process_dead(&self.pod_dir(model, w.pod), w.pid).unwrap();
-                }
+            Step::PodExit {
+                writer,
+                kill: false,
+            } => {
+                let w = &model.pod_writers[writer];
+                mark_process_dead(&self.pod_dir(model, w.pod), w.pid).unwrap();
             }
             Step::RemovePod { pod } => std::fs::remove_dir_all(self.pod_dir(model, pod)).unwrap(),
             _ => {}
