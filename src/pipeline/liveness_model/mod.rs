@@ -2,20 +2,27 @@
 //! writers starting (pids drawn to collide with the exporter's own thread
 //! ids), writing, exiting by SIGKILL or cleanly with `mark_process_dead`,
 //! servers starting and stopping as `TemporaryDirectory` does (crashed runs
-//! left behind), two `--dir`s, time passing, the wall clock stepping, and
-//! sources asking (`/metrics`, a configured view, a new `?name[]=` set,
-//! `dump`), in three shapes (the writers' pid namespace with descriptors
-//! readable, the same under `--writers.liveness=proc` without them, a pid
-//! namespace of its own). Liveness is driven through the seam
-//! ([`Scripted`] evidence: no process, no sleep); files are real, written
-//! by the crate's own writer.
+//! left behind), files a collection does not read whole appearing in runs,
+//! two `--dir`s, pods of a `--dir.subdirectories-label` parent ([`pods`]),
+//! time passing, the wall clock stepping, the exporter's child starting and
+//! exiting, and sources asking (`/metrics`, a configured view, a new
+//! `?name[]=` set, `dump`, the pods' exporter), in three shapes (the
+//! writers' pid namespace with descriptors readable, the same under
+//! `--writers.liveness=proc` without them, a pid namespace of its own),
+//! with or without a memory budget, the exporter run directly, under tini
+//! or under `sh -c`. Liveness is driven through the seam ([`Scripted`]
+//! evidence: no process, no sleep); files are real, written by the crate's
+//! own writer.
 //!
 //! After each ask the output must equal, byte for byte, a fresh
 //! prometheus_client merge of the files the model ([`model`]) says are
-//! served; no counter goes down between two answers of a source; and no run
-//! is removed while a writer of it lives. `PROPTEST_CASES` sets the number
-//! of sequences (256 by default), `PROPTEST_RNG_SEED` replays the seed the
-//! test prints (see `docs/reliability.md`).
+//! served; no counter goes down between two answers of a source; no run or
+//! pod is removed while a writer of it lives; every look at a run's content
+//! reads each file within the budget and no more of it than a collection
+//! would, a window at a time; and the processes outside the exporter's own
+//! tree (the node agent's warning) are the model's. `PROPTEST_CASES` sets
+//! the number of sequences (256 by default), `PROPTEST_RNG_SEED` the seed
+//! ([`SEED`] by default; printed, see `docs/reliability.md`).
 
 mod model;
 mod pods;
@@ -612,14 +619,18 @@ impl StateMachineTest for Liveness {
     }
 }
 
-/// `PROPTEST_CASES` cases (256 by default) from `PROPTEST_RNG_SEED`, or from
-/// a seed drawn now and printed.
+/// The seed of the cases CI runs.
+const SEED: u64 = 53;
+
+/// `PROPTEST_CASES` cases (256 by default) from `PROPTEST_RNG_SEED`, or
+/// from [`SEED`], so that CI passes or fails the same on every machine; the
+/// seed is printed.
 fn config() -> Config {
     static CONFIG: std::sync::OnceLock<Config> = std::sync::OnceLock::new();
-    CONFIG.get_or_init(drawn_config).clone()
+    CONFIG.get_or_init(seeded_config).clone()
 }
 
-fn drawn_config() -> Config {
+fn seeded_config() -> Config {
     let mut config = Config {
         cases: 256,
         failure_persistence: None,
@@ -629,10 +640,7 @@ fn drawn_config() -> Config {
         config.cases = cases.parse().expect("PROPTEST_CASES: a number");
     }
     if config.rng_seed == RngSeed::Random {
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        config.rng_seed = RngSeed::Fixed(seed);
+        config.rng_seed = RngSeed::Fixed(SEED);
     }
     eprintln!(
         "liveness model: {} cases, seed {} (replay: PROPTEST_RNG_SEED={} cargo test --lib liveness_model)",
