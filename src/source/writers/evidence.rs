@@ -1,11 +1,14 @@
 //! The one seam for liveness evidence: everything that decides whether a
 //! writer or a run is alive comes in through [`Evidence`]: the process table
-//! and each process's descriptors (and which entries are the exporter's own
-//! thread group), the clocks, the files' birth times and their content.
+//! and each process's descriptors and parent (which entries are the
+//! exporter's own thread group, which processes its own tree: the node
+//! agent's count, `source::discover::scan`), the clocks, the files' birth
+//! times and their content (each file opened through
+//! [`Evidence::open_content`], so a test sees what a look reads).
 //!
 //! [`System`] takes it from `/proc` and the kernel's clocks; a test gives
 //! its own implementation and drives liveness with no real process and no
-//! sleep (`tests/liveness_model.rs`).
+//! sleep (`pipeline::liveness_model`).
 //!
 //! Clocks: liveness compares a process's start with a file's birth in the
 //! boot clock (`/proc/<pid>/stat`'s start ticks count from boot); a file's
@@ -240,7 +243,7 @@ pub(crate) const CONTENT_WINDOW: usize = 64 << 10;
 /// How much of a file the content check reads first, its header included
 /// (a collection's first read): a file a collection leaves out at its first
 /// records costs it no more.
-pub(crate) const FIRST_WINDOW: usize = 4096;
+const FIRST_WINDOW: usize = 4096;
 
 /// Opens `path` for its content to be hashed.
 fn open_file(path: &Path) -> Option<Box<dyn ContentFile>> {
