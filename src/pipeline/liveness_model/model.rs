@@ -36,20 +36,48 @@ pub(super) enum Shape {
     Own,
 }
 
-impl Shape {
-    pub(super) fn own_pid(self) -> u32 {
-        if self == Self::Own {
-            1
-        } else {
-            50
+/// The exporter's own process tree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Tree {
+    /// Run directly: its parent outside its namespace (pid 1 in a namespace
+    /// of its own; beside a `pause` pid 1 in a shared one).
+    Alone,
+    /// Under tini (pid 1).
+    UnderInit,
+    /// Under `sh -c` under dumb-init (pid 1; the shell pid 2 in a namespace
+    /// of its own, 40 in a shared one).
+    UnderShell,
+}
+
+/// A file a collection does not read whole, put in a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Oversized {
+    /// The fault catalogue's: real records, then a header claiming
+    /// 1.75 GiB over a sparse tail.
+    SparseHuge,
+    /// The same claiming 40 MiB: within the reader's per-file limit
+    /// without a budget.
+    SparseMid,
+    /// A real file of about 320 KiB of records: over the budget where
+    /// there is one, read whole where there is none.
+    Large,
+}
+
+impl Oversized {
+    /// Its real records, and what its header claims (`None`: its records).
+    pub(super) fn layout(self) -> (usize, Option<u32>) {
+        match self {
+            Self::SparseHuge => (100, Some(1_879_048_192)),
+            Self::SparseMid => (100, Some(40 << 20)),
+            Self::Large => (4_800, None),
         }
     }
+}
 
-    pub(super) fn own_threads(self) -> Vec<u32> {
-        let me = self.own_pid();
-        (me + 1..=me + 4).collect()
-    }
+/// The memory budget where there is one (`--memory.budget`).
+pub(super) const BUDGET: usize = 256 << 10;
 
+impl Shape {
     /// The pids writers are drawn from (colliding with the exporter's
     /// thread ids in a namespace of its own).
     pub(super) fn pids(self) -> std::ops::RangeInclusive<u32> {
@@ -72,11 +100,50 @@ pub(super) enum Asker {
     NameSet,
     /// `dump`: another process, with no history.
     Dump,
+    /// `/metrics` of an exporter reading the pods' parent directory
+    /// (`--dir.subdirectories-label pod`).
+    Pods,
+}
+
+/// The pids of the pods' writers: none a Linux process can have (past
+/// `PID_MAX_LIMIT`, 2^22): the pods' readers take the system's evidence
+/// (`pipeline/parts.rs` is not given the seam), so their writers are
+/// unknown, served as prometheus_client serves them.
+pub(super) const POD_PIDS: std::ops::RangeInclusive<u32> = 5_000_000..=5_000_003;
+
+/// A pod: a subdirectory of the pods' parent, its writers' files in it.
+#[derive(Clone, Debug)]
+pub(super) struct Pod {
+    pub(super) name: String,
+    pub(super) removed: bool,
+    pub(super) writers: Vec<usize>,
+}
+
+/// A writer of a pod.
+#[derive(Clone, Debug)]
+pub(super) struct PodWriter {
+    pub(super) pod: usize,
+    pub(super) pid: u32,
+    pub(super) alive: bool,
 }
 
 /// One event.
 #[derive(Clone, Debug)]
 pub(super) enum Step {
+    /// A file a collection does not read whole appears in a run.
+    Oversized { run: usize, file: Oversized },
+    /// A child of the exporter starts (`true`) or exits.
+    Child { start: bool },
+    /// A pod appears (its subdirectory), with its first writer.
+    AddPod { pid: u32 },
+    /// Another writer of a pod starts.
+    PodWorker { pod: usize, pid: u32 },
+    /// A pod's writer counts.
+    PodWrite { writer: usize },
+    /// A pod's writer exits: by SIGKILL, or cleanly with `mark_process_dead`.
+    PodExit { writer: usize, kill: bool },
+    /// A pod goes: its writers killed, its subdirectory removed.
+    RemovePod { pod: usize },
     /// A server starts: a new run (`TemporaryDirectory`) and its first writer.
     StartRun { dir: usize, pid: u32, busy: bool },
     /// Another worker of a live run starts.
@@ -167,10 +234,27 @@ pub(super) struct Expected {
     pub(super) dropped_gauges: BTreeSet<usize>,
 }
 
+/// An oversized file in a run.
+#[derive(Clone, Debug)]
+pub(super) struct OddFile {
+    pub(super) run: usize,
+    pub(super) file: Oversized,
+    /// The pid its name carries (no process has it).
+    pub(super) pid: u32,
+}
+
 #[derive(Clone, Debug)]
 pub(super) struct Model {
     pub(super) shape: Shape,
     pub(super) remove_stale: bool,
+    /// The memory budget (`None`: none).
+    pub(super) budget: Option<usize>,
+    pub(super) tree: Tree,
+    /// The exporter's child runs.
+    pub(super) child: bool,
+    pub(super) odd: Vec<OddFile>,
+    pub(super) pods: Vec<Pod>,
+    pub(super) pod_writers: Vec<PodWriter>,
     pub(super) runs: Vec<Run>,
     pub(super) writers: Vec<Writer>,
     boot: f64,
@@ -183,9 +267,24 @@ pub(super) struct Model {
 
 impl Model {
     pub(super) fn new(shape: Shape, remove_stale: bool) -> Self {
+        Self::with(shape, remove_stale, None, Tree::Alone)
+    }
+
+    pub(super) fn with(
+        shape: Shape,
+        remove_stale: bool,
+        budget: Option<usize>,
+        tree: Tree,
+    ) -> Self {
         Self {
             shape,
             remove_stale,
+            budget,
+            tree,
+            child: false,
+            odd: Vec::new(),
+            pods: Vec::new(),
+            pod_writers: Vec::new(),
             runs: Vec::new(),
             writers: Vec::new(),
             boot: 100.0,
@@ -194,6 +293,90 @@ impl Model {
             collectors: BTreeMap::new(),
             expected: None,
         }
+    }
+
+    /// The exporter's ancestors, from the top: (pid, its parent).
+    pub(super) fn ancestors(&self) -> Vec<(u32, u32)> {
+        let shared = self.shape != Shape::Own;
+        match self.tree {
+            Tree::Alone => Vec::new(),
+            Tree::UnderInit => vec![(1, 0)],
+            Tree::UnderShell => vec![(1, 0), (if shared { 40 } else { 2 }, 1)],
+        }
+    }
+
+    /// The exporter's pid.
+    pub(super) fn own_pid(&self) -> u32 {
+        match self.shape {
+            Shape::Own => 1 + self.ancestors().len() as u32,
+            _ => 50,
+        }
+    }
+
+    /// The exporter's parent (0: outside its namespace).
+    pub(super) fn own_parent(&self) -> u32 {
+        self.ancestors().last().map_or(0, |&(pid, _)| pid)
+    }
+
+    /// The exporter's other threads.
+    pub(super) fn own_threads(&self) -> Vec<u32> {
+        let me = self.own_pid();
+        (me + 1..=me + 4).collect()
+    }
+
+    /// The pid of the exporter's child (past its threads).
+    pub(super) fn child_pid(&self) -> u32 {
+        self.own_pid() + 5
+    }
+
+    /// How many processes are outside the exporter's own process tree
+    /// (neither it, nor its ancestors, nor its child): in a pid namespace of
+    /// its own none (whatever runs above it); in the writers' namespace the
+    /// live writers, and the `pause` pid 1 unless it is an ancestor.
+    pub(super) fn processes_outside_own_tree(&self) -> usize {
+        if self.shape == Shape::Own {
+            // Its ancestors and its child are in its tree; writers unseen.
+            return 0;
+        }
+        let pause = usize::from(self.tree == Tree::Alone);
+        let writers: BTreeSet<u32> = self
+            .writers
+            .iter()
+            .filter(|w| w.alive)
+            .map(|w| w.pid)
+            .collect();
+        pause + writers.len()
+    }
+
+    /// What a collection reads of a file at most (issue 53: liveness
+    /// evidence is read within the budget and the reader's per-file limits,
+    /// at no more than the cost of a collection): `used` and `len` are its
+    /// header's claim and its length, `odd` the kind if it is oversized.
+    pub(super) fn collection_cost(&self, used: u64, len: u64, odd: Option<Oversized>) -> u64 {
+        /// The reader's first read, then its chunks.
+        const FIRST_READ: u64 = 4096;
+        const READ_CHUNK: u64 = 1 << 20;
+        let end = used.min(len);
+        let over_budget = self
+            .budget
+            .is_some_and(|b| used.saturating_sub(8) > b as u64);
+        if over_budget {
+            return FIRST_READ.min(len);
+        }
+        match odd {
+            // Its real records, then the first zero-filled one: a first
+            // read and one chunk.
+            Some(Oversized::SparseHuge | Oversized::SparseMid) => {
+                (FIRST_READ + READ_CHUNK).min(end)
+            }
+            _ => end,
+        }
+    }
+
+    /// Whether a collection serves the oversized `file` (only a real file
+    /// within the budget, where there is one).
+    pub(super) fn odd_served(&self, file: Oversized) -> bool {
+        file == Oversized::Large && self.budget.is_none()
     }
 
     /// The name of the next run (as `tempfile` names them).
@@ -239,6 +422,21 @@ impl Model {
                 .get(writer)
                 .is_some_and(|w| !w.alive && w.gauge && self.present(w.run)),
             Step::StopRun { run, .. } => self.present(run),
+            Step::Oversized { run, .. } => self.present(run) && self.odd.len() < 3,
+            Step::Child { start } => start != self.child,
+            Step::AddPod { pid } => POD_PIDS.contains(&pid) && self.pods.len() < 6,
+            Step::PodWorker { pod, pid } => {
+                self.pods.get(pod).is_some_and(|p| !p.removed)
+                    && POD_PIDS.contains(&pid)
+                    && self.pods[pod]
+                        .writers
+                        .iter()
+                        .all(|&w| self.pod_writers[w].pid != pid)
+            }
+            Step::PodWrite { writer } | Step::PodExit { writer, .. } => {
+                self.pod_writers.get(writer).is_some_and(|w| w.alive)
+            }
+            Step::RemovePod { pod } => self.pods.get(pod).is_some_and(|p| !p.removed),
             Step::Advance { .. } | Step::ClockJump { .. } | Step::Ask(_) => true,
         }
     }
@@ -308,6 +506,29 @@ impl Model {
             Step::Write { writer } => self.write(writer),
             Step::Exit { writer, kill } => self.exit(writer, kill),
             Step::MarkDead { writer } => self.mark_dead(writer),
+            Step::Oversized { run, file } => {
+                let pid = 9000 + self.odd.len() as u32;
+                self.odd.push(OddFile { run, file, pid });
+                self.runs[run].version += 1;
+            }
+            Step::Child { start } => self.child = start,
+            Step::AddPod { pid } => {
+                self.pods.push(Pod {
+                    name: format!("default_vllm-{}", self.pods.len()),
+                    removed: false,
+                    writers: Vec::new(),
+                });
+                self.add_pod_writer(self.pods.len() - 1, pid);
+            }
+            Step::PodWorker { pod, pid } => self.add_pod_writer(pod, pid),
+            Step::PodWrite { .. } => {}
+            Step::PodExit { writer, .. } => self.pod_writers[writer].alive = false,
+            Step::RemovePod { pod } => {
+                for w in self.pods[pod].writers.clone() {
+                    self.pod_writers[w].alive = false;
+                }
+                self.pods[pod].removed = true;
+            }
             Step::StopRun { run, clean } => {
                 for w in self.runs[run].writers.clone() {
                     self.writers[w].alive = false;
@@ -357,7 +578,25 @@ impl Model {
         }
     }
 
+    fn add_pod_writer(&mut self, pod: usize, pid: u32) {
+        self.pod_writers.push(PodWriter {
+            pod,
+            pid,
+            alive: true,
+        });
+        self.pods[pod].writers.push(self.pod_writers.len() - 1);
+    }
+
     fn ask(&mut self, asker: Asker) {
+        if asker == Asker::Pods {
+            // Every present pod's files (the world lists them).
+            self.expected = Some(Expected {
+                asker,
+                runs: Vec::new(),
+                dropped_gauges: BTreeSet::new(),
+            });
+            return;
+        }
         let fresh = asker == Asker::Dump;
         let mut first = BTreeMap::new();
         for (i, w) in self.writers.iter_mut().enumerate() {

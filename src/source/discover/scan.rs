@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use super::cgroup::{self, CgroupOwner};
 use crate::format::file_name::{self, FileName, GaugeMode};
 use crate::model::MetricType;
+use crate::source::writers::evidence::{self, Evidence};
 use crate::source::writers::procfs;
 
 /// Whether prometheus_client 0.26.0 writes files with this base name:
@@ -186,18 +187,27 @@ pub fn outside_own_tree(me: u32, processes: &[(u32, Option<u32>)]) -> usize {
         .count()
 }
 
+/// How many of the processes `pids` (as `evidence` lists them) are outside
+/// the exporter's own process tree ([`outside_own_tree`]), their parents
+/// taken from `evidence`: what the node agent's warning and
+/// `…_discovery_processes_visible` say.
+pub fn count_outside_own_tree(evidence: &dyn Evidence, pids: &[u32]) -> usize {
+    let parents: Vec<(u32, Option<u32>)> = pids
+        .iter()
+        .map(|&pid| (pid, evidence.parent_pid(pid)))
+        .collect();
+    outside_own_tree(evidence.own_pid(), &parents)
+}
+
 /// Scans every process in `/proc` but the exporter's own.
 pub fn scan() -> Scan {
     let started = Instant::now();
     let me = std::process::id();
     let mut result = Scan::default();
     let mut groups: BTreeMap<(u64, PathBuf), (Vec<Holder>, HeldFile)> = BTreeMap::new();
-    let pids = procfs::processes();
-    let parents: Vec<(u32, Option<u32>)> = pids
-        .iter()
-        .map(|&pid| (pid, procfs::parent_pid(&procfs::process_dir(pid))))
-        .collect();
-    result.outside_own_tree = outside_own_tree(me, &parents);
+    let system = evidence::system();
+    let pids = system.processes();
+    result.outside_own_tree = count_outside_own_tree(&*system, &pids);
     for pid in pids {
         if pid == me {
             continue;

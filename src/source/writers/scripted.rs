@@ -3,16 +3,18 @@
 //! process and no sleep (the unit tests of `source::writers`,
 //! `source::temporary` and the state-machine test
 //! `pipeline::liveness_model`). Files themselves stay real (their content
-//! is hashed by the production code).
+//! is hashed by the production code); what each look at a run's content
+//! reads of them, and holds at once, is recorded ([`ContentLook`]).
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::io;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
 
-use super::evidence::{Births, ContentLimits, Evidence, ProcessHandle};
+use super::evidence::{Births, ContentFile, ContentLimits, Evidence, ProcessHandle};
 use super::procfs::OpenFile;
 
 /// One process of the scripted table.
@@ -26,6 +28,30 @@ struct Process {
     innermost: Option<u32>,
     /// Tells it from a later process given the same pid.
     generation: u64,
+    /// Its parent's pid (0: outside the namespace).
+    parent: u32,
+}
+
+/// One look at a run's content ([`Evidence::content`]), as recorded.
+#[derive(Debug, Clone)]
+pub(crate) struct ContentLook {
+    /// The limits it was given.
+    pub(crate) limits: ContentLimits,
+    /// Each file it opened, in order.
+    pub(crate) files: Vec<FileRead>,
+}
+
+/// What a look read of one file.
+#[derive(Debug, Clone)]
+pub(crate) struct FileRead {
+    pub(crate) path: PathBuf,
+    /// Its `used` header and length when opened (read apart, not counted).
+    pub(crate) used: u64,
+    pub(crate) len: u64,
+    /// Bytes read.
+    pub(crate) read: u64,
+    /// The largest read asked at once (bytes held at once, at least).
+    pub(crate) largest: usize,
 }
 
 #[derive(Debug)]
@@ -45,6 +71,10 @@ struct State {
     /// The wall clock less the boot clock (moves when the wall clock steps).
     wall_minus_boot: f64,
     births: FxHashMap<(u64, u64), f64>,
+    /// The exporter's parent (0: outside its namespace).
+    own_parent: u32,
+    /// The looks at runs' content since last taken.
+    looks: Vec<ContentLook>,
 }
 
 type PauseHook = Box<dyn FnMut(Duration) + Send>;
@@ -103,6 +133,8 @@ impl Scripted {
                 boot_at_base: 100.0,
                 wall_minus_boot: 1_700_000_000.0 - 100.0,
                 births: FxHashMap::default(),
+                own_parent: 0,
+                looks: Vec::new(),
             })),
             on_pause: Arc::new(Mutex::new(None)),
             births: Arc::default(),
@@ -132,6 +164,17 @@ impl Scripted {
 
     /// Starts process `host` now, holding `open` (`None`: unreadable).
     pub(crate) fn spawn(&self, host: u32, open: Option<Vec<OpenFile>>, innermost: Option<u32>) {
+        self.spawn_under(host, 0, open, innermost);
+    }
+
+    /// Starts process `host` now as a child of `parent`.
+    pub(crate) fn spawn_under(
+        &self,
+        host: u32,
+        parent: u32,
+        open: Option<Vec<OpenFile>>,
+        innermost: Option<u32>,
+    ) {
         let start = self.boot();
         let mut s = lock(&self.state);
         s.generations += 1;
@@ -143,8 +186,19 @@ impl Scripted {
                 open,
                 innermost,
                 generation,
+                parent,
             },
         );
+    }
+
+    /// The exporter's parent is `parent` (0: outside its namespace).
+    pub(crate) fn set_own_parent(&self, parent: u32) {
+        lock(&self.state).own_parent = parent;
+    }
+
+    /// The looks at runs' content since the last call.
+    pub(crate) fn take_content_looks(&self) -> Vec<ContentLook> {
+        std::mem::take(&mut lock(&self.state).looks)
     }
 
     /// Process `host` exits.
@@ -195,6 +249,14 @@ impl Evidence for Scripted {
         std::iter::once(s.own_pid)
             .chain(s.processes.keys().copied())
             .collect()
+    }
+
+    fn parent_pid(&self, host: u32) -> Option<u32> {
+        let s = lock(&self.state);
+        if host == s.own_pid || s.own_threads.contains(&host) {
+            return Some(s.own_parent);
+        }
+        s.processes.get(&host).map(|p| p.parent)
     }
 
     fn start_time(&self, host: u32) -> Option<f64> {
@@ -258,8 +320,40 @@ impl Evidence for Scripted {
             .unwrap_or(recorded)
     }
 
+    fn open_content(&self, path: &Path) -> Option<Box<dyn ContentFile>> {
+        let file = std::fs::File::open(path).ok()?;
+        let len = file.metadata().map_or(0, |m| m.len());
+        let mut header = [0u8; 4];
+        let used = std::os::unix::fs::FileExt::read_exact_at(&file, &mut header, 0)
+            .map_or(0, |()| u64::from(u32::from_ne_bytes(header)));
+        let mut s = lock(&self.state);
+        let Some(look_index) = s.looks.len().checked_sub(1) else {
+            return Some(Box::new(file));
+        };
+        let look = &mut s.looks[look_index];
+        let limit = look.limits.max_file_bytes;
+        look.files.push(FileRead {
+            path: path.to_path_buf(),
+            used,
+            len,
+            read: 0,
+            largest: 0,
+        });
+        let at = (look_index, look.files.len() - 1);
+        Some(Box::new(Recorded {
+            file,
+            state: self.state.clone(),
+            at,
+            limit,
+        }))
+    }
+
     fn content(&self, files: &[&Path], limits: ContentLimits) -> u64 {
-        super::evidence::content_signature(files, limits)
+        lock(&self.state).looks.push(ContentLook {
+            limits,
+            files: Vec::new(),
+        });
+        super::evidence::signature_and_cost(&|path: &Path| self.open_content(path), files, limits).0
     }
 
     fn pause(&self, duration: Duration) {
@@ -267,5 +361,44 @@ impl Evidence for Scripted {
         if let Some(hook) = lock(&self.on_pause).as_mut() {
             hook(duration);
         }
+    }
+}
+
+/// A file opened by a look, its reads recorded. A read of more than the
+/// look's limits at once is refused (as a machine without that memory
+/// would), after it is recorded.
+struct Recorded {
+    file: std::fs::File,
+    state: Arc<Mutex<State>>,
+    /// The look and the file in it.
+    at: (usize, usize),
+    limit: u64,
+}
+
+impl ContentFile for Recorded {
+    fn size(&self) -> u64 {
+        self.file.size()
+    }
+
+    fn read_at(&mut self, buf: &mut [u8], at: u64) -> io::Result<usize> {
+        let refused = buf.len() as u64 > self.limit;
+        let result = if refused {
+            Err(io::Error::other("a read over the look's limits"))
+        } else {
+            ContentFile::read_at(&mut self.file, buf, at)
+        };
+        let mut s = lock(&self.state);
+        if let Some(read) = s
+            .looks
+            .get_mut(self.at.0)
+            .and_then(|l| l.files.get_mut(self.at.1))
+        {
+            read.largest = read.largest.max(buf.len());
+            read.read += result.as_ref().map_or(0, |n| *n as u64);
+            if refused {
+                read.read += buf.len() as u64;
+            }
+        }
+        result
     }
 }
