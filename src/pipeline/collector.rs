@@ -178,8 +178,13 @@ impl Collector {
     }
 
     /// Decides the writers' liveness from `evidence` from the next
-    /// collection on (see [`crate::source::writers::evidence`]).
+    /// collection on (see [`crate::source::writers::evidence`]); nothing
+    /// changes when it is the evidence they have.
     pub fn set_evidence(&mut self, evidence: std::sync::Arc<dyn Evidence>) {
+        let current = std::sync::Arc::as_ptr(self.writers.evidence());
+        if std::ptr::addr_eq(current, std::sync::Arc::as_ptr(&evidence)) {
+            return;
+        }
         let policy = self.writers.policy();
         self.writers = Writers::with_evidence(policy, evidence);
         self.rebuild = true;

@@ -392,7 +392,9 @@ impl DiscoveredReader {
     /// panic); the discovered directories stay open.
     pub fn reset(&mut self, budget: Option<Arc<MemoryBudget>>, policy: WriterPolicy) {
         self.parts.release_budget();
+        let evidence = self.parts.evidence().clone();
         self.parts = part_readers(&self.options);
+        self.parts.set_evidence(evidence);
         self.parts.set_memory_budget(budget);
         self.parts.set_writer_policy(policy);
     }

@@ -47,6 +47,7 @@ use std::time::{Duration, Instant};
 use crate::model::MetricFamily;
 use crate::pipeline::{Collection, Collector};
 use crate::source::link_policy::LinkPolicy;
+use crate::source::writers::evidence::Evidence;
 use crate::source::writers::WriterPolicy;
 use crate::source::{Input, MemoryBudget, SkipReason};
 use crate::transform::config::PerWriter as PerWriterConfig;
@@ -73,6 +74,9 @@ pub(crate) struct Settings {
     pub(crate) budget: Option<Arc<MemoryBudget>>,
     /// What the readers do about writers.
     pub(crate) policy: WriterPolicy,
+    /// Where the readers' liveness evidence comes from (the system's, or
+    /// the source's: `PartReaders::set_evidence`).
+    pub(crate) evidence: Arc<dyn Evidence>,
     /// Per-writer merging.
     pub(crate) per_writer: Option<PerWriterConfig>,
     /// The oldest a late part's last collection may be to be served in its
@@ -737,6 +741,7 @@ pub(crate) fn wait<'a>(
 /// share; each setter does nothing when nothing changed).
 fn apply(collector: &mut Collector, settings: &Settings, budget: Option<&Arc<MemoryBudget>>) {
     collector.set_memory_budget(budget.cloned());
+    collector.set_evidence(settings.evidence.clone());
     collector.set_writer_policy(settings.policy);
     collector.set_per_writer(settings.per_writer.as_ref());
 }

@@ -226,14 +226,12 @@ impl Source {
     }
 
     /// Decides the writers' and runs' liveness from `evidence` (the running
-    /// system's until then; a test drives it with its own). Plain inputs
-    /// only.
+    /// system's until then; a test drives it with its own), in every part
+    /// of subdirectories or discovered directories too, those to come
+    /// included.
     pub fn with_evidence(mut self, evidence: Arc<dyn Evidence>) -> Self {
-        self.evidence = evidence.clone();
+        self.evidence = evidence;
         self.runs = None;
-        if let Kind::Inputs(collector) = &mut self.kind {
-            collector.set_evidence(evidence);
-        }
         self.apply_budget();
         self
     }
@@ -282,17 +280,21 @@ impl Source {
                 max_file_bytes: budget.limit() as u64,
             });
         }
+        let evidence = self.evidence.clone();
         match &mut self.kind {
             Kind::Inputs(collector) => {
                 collector.set_memory_budget(budget);
+                collector.set_evidence(evidence);
                 collector.set_writer_policy(self.writer_policy);
             }
             Kind::Subdirectories(reader) => {
                 reader.set_memory_budget(budget);
+                reader.set_evidence(evidence);
                 reader.set_writer_policy(self.writer_policy);
             }
             Kind::Discovered(reader) => {
                 reader.parts().set_memory_budget(budget);
+                reader.parts().set_evidence(evidence);
                 reader.parts().set_writer_policy(self.writer_policy);
             }
         }

@@ -43,6 +43,7 @@ use crate::pipeline::lifecycle::WriterReport;
 use crate::pipeline::part_status::PartStatus;
 use crate::pipeline::{CollectStats, Collection};
 use crate::source::link_policy::LinkPolicy;
+use crate::source::writers::evidence::{self, Evidence};
 use crate::source::writers::WriterPolicy;
 use crate::source::{Input, MemoryBudget, Problem};
 use crate::transform::combine::{combine_labelled, Conflict, LabelledPart};
@@ -193,6 +194,7 @@ impl<K: Ord + Clone> PartReaders<K> {
                 link_policy,
                 budget: None,
                 policy: WriterPolicy::exact(),
+                evidence: evidence::system(),
                 per_writer: None,
                 max_late_age: DEFAULT_MAX_LATE_AGE,
             },
@@ -226,6 +228,17 @@ impl<K: Ord + Clone> PartReaders<K> {
     /// Applies `policy` to every part's reader.
     pub fn set_writer_policy(&mut self, policy: WriterPolicy) {
         self.settings.policy = policy;
+    }
+
+    /// Decides the writers' liveness in every part, those read already and
+    /// those to come, from `evidence` (the system's until then).
+    pub fn set_evidence(&mut self, evidence: Arc<dyn Evidence>) {
+        self.settings.evidence = evidence;
+    }
+
+    /// Where every part's liveness evidence comes from.
+    pub fn evidence(&self) -> &Arc<dyn Evidence> {
+        &self.settings.evidence
     }
 
     /// Shares `budget` with every part's reader.

@@ -93,6 +93,12 @@ impl SubdirectoryReader {
         self.parts.set_writer_policy(policy);
     }
 
+    /// [`PartReaders::set_evidence`]: every subdirectory's liveness
+    /// evidence.
+    pub fn set_evidence(&mut self, evidence: Arc<dyn crate::source::writers::evidence::Evidence>) {
+        self.parts.set_evidence(evidence);
+    }
+
     /// Shares `budget` with every subdirectory's reader.
     pub fn set_memory_budget(&mut self, budget: Option<Arc<MemoryBudget>>) {
         self.parts.set_memory_budget(budget);

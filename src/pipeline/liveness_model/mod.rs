@@ -52,7 +52,7 @@ use crate::source::Input;
 use crate::source::MemoryBudget;
 use crate::transform::config::Config as TransformConfig;
 use crate::transform::views::View;
-use model::{Asker, Model, Oversized, Shape, Step, Tree, BUDGET, DIRS, POD_PIDS};
+use model::{Asker, Home, Model, Oversized, Shape, Step, Tree, BUDGET, DIRS};
 
 struct Reference;
 
@@ -86,7 +86,6 @@ impl ReferenceStateMachine for Reference {
         let runs = state.runs.len().max(1);
         let writers = state.writers.len().max(1);
         let pods = state.pods.len().max(1);
-        let pod_writers = state.pod_writers.len().max(1);
         let asker = prop_oneof![
             3 => Just(Asker::Metrics),
             1 => Just(Asker::View),
@@ -97,7 +96,7 @@ impl ReferenceStateMachine for Reference {
         prop_oneof![
             3 => (0..DIRS, pids.clone(), any::<bool>())
                 .prop_map(|(dir, pid, busy)| Step::StartRun { dir, pid, busy }),
-            2 => (0..runs, pids, any::<bool>())
+            2 => (0..runs, pids.clone(), any::<bool>())
                 .prop_map(|(run, pid, busy)| Step::StartWriter { run, pid, busy }),
             3 => (0..writers).prop_map(|writer| Step::Write { writer }),
             2 => (0..writers, any::<bool>()).prop_map(|(writer, kill)| Step::Exit { writer, kill }),
@@ -118,11 +117,8 @@ impl ReferenceStateMachine for Reference {
             )
                 .prop_map(|(run, file)| Step::Oversized { run, file }),
             1 => any::<bool>().prop_map(|start| Step::Child { start }),
-            1 => POD_PIDS.prop_map(|pid| Step::AddPod { pid }),
-            1 => (0..pods, POD_PIDS).prop_map(|(pod, pid)| Step::PodWorker { pod, pid }),
-            1 => (0..pod_writers).prop_map(|writer| Step::PodWrite { writer }),
-            1 => (0..pod_writers, any::<bool>())
-                .prop_map(|(writer, kill)| Step::PodExit { writer, kill }),
+            1 => pids.clone().prop_map(|pid| Step::AddPod { pid }),
+            1 => (0..pods, pids).prop_map(|(pod, pid)| Step::PodWorker { pod, pid }),
             1 => (0..pods).prop_map(|pod| Step::RemovePod { pod }),
         ]
         .boxed()
@@ -140,6 +136,7 @@ impl ReferenceStateMachine for Reference {
 
 /// A writer's files, written with the crate's own writer.
 struct WriterFiles {
+    /// Its run's or its pod's directory.
     run: PathBuf,
     pid: u32,
     writer: ProcessWriter,
@@ -174,6 +171,24 @@ struct World {
     answer: Option<(Vec<u8>, Vec<u8>)>,
     /// The pods' exporter.
     pods: pods::Pods,
+}
+
+/// The files of `dir` a collection serves, in the order a listing gives
+/// them: its metric files less the live gauges of the writers `dropped`
+/// (found dead) and the files `left_out`.
+fn served_files(dir: &Path, dropped: &[u32], left_out: &[PathBuf]) -> Vec<Input> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let gauge_of = dropped
+            .iter()
+            .any(|pid| name == format!("gauge_livesum_{pid}.db"));
+        if name.ends_with(".db") && !gauge_of && !left_out.contains(&path) {
+            files.push(Input::File(path));
+        }
+    }
+    files
 }
 
 fn identity(path: &Path) -> (u64, u64) {
@@ -239,7 +254,7 @@ impl World {
             running_view().source_filter(&TransformConfig::default()),
             false,
         );
-        let pods = pods::Pods::new(root.path(), model, policy);
+        let pods = pods::Pods::new(root.path(), model, policy, Arc::new(evidence.clone()));
         Self {
             pods,
             _root: root,
@@ -357,18 +372,17 @@ impl World {
                 };
                 mark_process_dead(&run, pid).unwrap();
             }
-            Step::StopRun { run, clean } => {
-                for w in model.runs[run].writers.clone() {
-                    if self.writers.lock().unwrap()[w].alive {
-                        self.exit(w, true);
-                    }
-                }
-                if clean {
-                    let r = &model.runs[run];
-                    std::fs::remove_dir_all(self.dirs[r.dir].join(&r.name)).unwrap();
-                }
-                self.hold();
+            Step::StopRun { run, clean } => self.stop(model, Home::Run(run), clean),
+            Step::AddPod { pid } => {
+                let pod = self.pods.pod_dir(model, model.pods.len() - 1);
+                std::fs::create_dir(&pod).unwrap();
+                self.start_writer(&pod, pid, false);
             }
+            Step::PodWorker { pod, pid } => {
+                let pod = self.pods.pod_dir(model, pod);
+                self.start_writer(&pod, pid, false);
+            }
+            Step::RemovePod { pod } => self.stop(model, Home::Pod(pod), true),
             Step::Advance { secs } => {
                 self.evidence.advance(Duration::from_secs(u64::from(secs)));
                 busy_write(&self.writers);
@@ -390,12 +404,32 @@ impl World {
                 }
             }
             Step::Ask(asker) => self.ask(model, asker),
-            Step::AddPod { .. }
-            | Step::PodWorker { .. }
-            | Step::PodWrite { .. }
-            | Step::PodExit { .. }
-            | Step::RemovePod { .. } => self.pods.apply(model, step),
         }
+    }
+
+    /// The directory of `home`.
+    fn home_dir(&self, model: &Model, home: Home) -> PathBuf {
+        match home {
+            Home::Run(run) => {
+                let r = &model.runs[run];
+                self.dirs[r.dir].join(&r.name)
+            }
+            Home::Pod(pod) => self.pods.pod_dir(model, pod),
+        }
+    }
+
+    /// A server stops or a pod goes: its writers killed, its directory
+    /// removed if `clean`.
+    fn stop(&mut self, model: &Model, home: Home, clean: bool) {
+        for &w in model.home_writers(home) {
+            if self.writers.lock().unwrap()[w].alive {
+                self.exit(w, true);
+            }
+        }
+        if clean {
+            std::fs::remove_dir_all(self.home_dir(model, home)).unwrap();
+        }
+        self.hold();
     }
 
     fn ask(&mut self, model: &Model, asker: Asker) {
@@ -459,14 +493,6 @@ impl World {
     /// the order the exporter reads them.
     fn expected(&self, model: &Model, view: Option<&View>) -> Vec<MetricFamily> {
         let expected = model.expected.as_ref().expect("an ask");
-        let dropped: Vec<(PathBuf, u32)> = expected
-            .dropped_gauges
-            .iter()
-            .map(|&w| {
-                let r = &model.runs[model.writers[w].run];
-                (self.dirs[r.dir].join(&r.name), model.writers[w].pid)
-            })
-            .collect();
         let left_out: Vec<PathBuf> = model
             .odd
             .iter()
@@ -475,18 +501,18 @@ impl World {
             .collect();
         let mut files = Vec::new();
         for &run in &expected.runs {
-            let r = &model.runs[run];
-            let dir = self.dirs[r.dir].join(&r.name);
-            for entry in std::fs::read_dir(&dir).unwrap() {
-                let path = entry.unwrap().path();
-                let name = path.file_name().unwrap().to_string_lossy().into_owned();
-                let gauge_of = dropped
-                    .iter()
-                    .any(|(d, pid)| *d == dir && name == format!("gauge_livesum_{pid}.db"));
-                if name.ends_with(".db") && !gauge_of && !left_out.contains(&path) {
-                    files.push(Input::File(path));
-                }
-            }
+            let dropped: Vec<u32> = expected
+                .dropped_gauges
+                .iter()
+                .map(|&w| &model.writers[w])
+                .filter(|w| w.home == Home::Run(run))
+                .map(|w| w.pid)
+                .collect();
+            files.extend(served_files(
+                &self.home_dir(model, Home::Run(run)),
+                &dropped,
+                &left_out,
+            ));
         }
         let families = Collector::new().collect(&files).families;
         match view {

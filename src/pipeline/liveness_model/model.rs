@@ -105,26 +105,23 @@ pub(super) enum Asker {
     Pods,
 }
 
-/// The pids of the pods' writers: none a Linux process can have (past
-/// `PID_MAX_LIMIT`, 2^22): the pods' readers take the system's evidence
-/// (`pipeline/parts.rs` is not given the seam), so their writers are
-/// unknown, served as prometheus_client serves them.
-pub(super) const POD_PIDS: std::ops::RangeInclusive<u32> = 5_000_000..=5_000_003;
-
 /// A pod: a subdirectory of the pods' parent, its writers' files in it.
 #[derive(Clone, Debug)]
 pub(super) struct Pod {
     pub(super) name: String,
     pub(super) removed: bool,
     pub(super) writers: Vec<usize>,
+    /// What its collector knows (kept while the pod is there).
+    seen: Seen,
 }
 
-/// A writer of a pod.
-#[derive(Clone, Debug)]
-pub(super) struct PodWriter {
-    pub(super) pod: usize,
-    pub(super) pid: u32,
-    pub(super) alive: bool,
+/// Where a writer writes its files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Home {
+    /// A run of a `--dir`.
+    Run(usize),
+    /// A pod of the pods' parent.
+    Pod(usize),
 }
 
 /// One event.
@@ -136,19 +133,17 @@ pub(super) enum Step {
     Child { start: bool },
     /// A pod appears (its subdirectory), with its first writer.
     AddPod { pid: u32 },
-    /// Another writer of a pod starts.
+    /// Another writer of a pod starts (it counts and exits as
+    /// [`Step::Write`], [`Step::Exit`] and [`Step::MarkDead`] say, as a
+    /// run's).
     PodWorker { pod: usize, pid: u32 },
-    /// A pod's writer counts.
-    PodWrite { writer: usize },
-    /// A pod's writer exits: by SIGKILL, or cleanly with `mark_process_dead`.
-    PodExit { writer: usize, kill: bool },
     /// A pod goes: its writers killed, its subdirectory removed.
     RemovePod { pod: usize },
     /// A server starts: a new run (`TemporaryDirectory`) and its first writer.
     StartRun { dir: usize, pid: u32, busy: bool },
     /// Another worker of a live run starts.
     StartWriter { run: usize, pid: u32, busy: bool },
-    /// A writer counts a request.
+    /// A writer (of a run or a pod) counts a request.
     Write { writer: usize },
     /// A writer exits: by SIGKILL (files left), or cleanly with
     /// `mark_process_dead` (its live gauge removed).
@@ -168,7 +163,7 @@ pub(super) enum Step {
 #[derive(Clone, Debug)]
 pub(super) struct Writer {
     pub(super) pid: u32,
-    pub(super) run: usize,
+    pub(super) home: Home,
     pub(super) alive: bool,
     pub(super) busy: bool,
     /// Its live gauge file is there.
@@ -254,7 +249,6 @@ pub(super) struct Model {
     pub(super) child: bool,
     pub(super) odd: Vec<OddFile>,
     pub(super) pods: Vec<Pod>,
-    pub(super) pod_writers: Vec<PodWriter>,
     pub(super) runs: Vec<Run>,
     pub(super) writers: Vec<Writer>,
     boot: f64,
@@ -284,7 +278,6 @@ impl Model {
             child: false,
             odd: Vec::new(),
             pods: Vec::new(),
-            pod_writers: Vec::new(),
             runs: Vec::new(),
             writers: Vec::new(),
             boot: 100.0,
@@ -388,18 +381,34 @@ impl Model {
         self.runs.get(run).is_some_and(|r| !r.removed)
     }
 
+    /// Whether `home` is there.
+    pub(super) fn home_present(&self, home: Home) -> bool {
+        match home {
+            Home::Run(run) => self.present(run),
+            Home::Pod(pod) => self.pods.get(pod).is_some_and(|p| !p.removed),
+        }
+    }
+
+    /// The writers of `home`.
+    pub(super) fn home_writers(&self, home: Home) -> &[usize] {
+        match home {
+            Home::Run(run) => &self.runs[run].writers,
+            Home::Pod(pod) => &self.pods[pod].writers,
+        }
+    }
+
+    /// Whether a writer of pid `pid` (of a run or a pod) runs.
     pub(super) fn alive_pid(&self, pid: u32) -> bool {
         self.writers.iter().any(|w| w.alive && w.pid == pid)
     }
 
     /// Whether `step` can happen now.
     pub(super) fn allows(&self, step: &Step) -> bool {
-        let pid_free = |run: Option<usize>, pid: u32| {
+        let pid_free = |home: Option<Home>, pid: u32| {
             self.shape.pids().contains(&pid)
                 && (self.shape == Shape::Own || !self.alive_pid(pid))
-                && run.is_none_or(|r| {
-                    self.runs[r]
-                        .writers
+                && home.is_none_or(|h| {
+                    self.home_writers(h)
                         .iter()
                         .all(|&w| self.writers[w].pid != pid)
                 })
@@ -412,7 +421,7 @@ impl Model {
                         .writers
                         .iter()
                         .any(|&w| self.writers[w].alive)
-                    && pid_free(Some(run), pid)
+                    && pid_free(Some(Home::Run(run)), pid)
             }
             Step::Write { writer } | Step::Exit { writer, .. } => {
                 self.writers.get(writer).is_some_and(|w| w.alive)
@@ -420,21 +429,13 @@ impl Model {
             Step::MarkDead { writer } => self
                 .writers
                 .get(writer)
-                .is_some_and(|w| !w.alive && w.gauge && self.present(w.run)),
+                .is_some_and(|w| !w.alive && w.gauge && self.home_present(w.home)),
             Step::StopRun { run, .. } => self.present(run),
             Step::Oversized { run, .. } => self.present(run) && self.odd.len() < 3,
             Step::Child { start } => start != self.child,
-            Step::AddPod { pid } => POD_PIDS.contains(&pid) && self.pods.len() < 6,
+            Step::AddPod { pid } => self.pods.len() < 6 && pid_free(None, pid),
             Step::PodWorker { pod, pid } => {
-                self.pods.get(pod).is_some_and(|p| !p.removed)
-                    && POD_PIDS.contains(&pid)
-                    && self.pods[pod]
-                        .writers
-                        .iter()
-                        .all(|&w| self.pod_writers[w].pid != pid)
-            }
-            Step::PodWrite { writer } | Step::PodExit { writer, .. } => {
-                self.pod_writers.get(writer).is_some_and(|w| w.alive)
+                self.home_present(Home::Pod(pod)) && pid_free(Some(Home::Pod(pod)), pid)
             }
             Step::RemovePod { pod } => self.pods.get(pod).is_some_and(|p| !p.removed),
             Step::Advance { .. } | Step::ClockJump { .. } | Step::Ask(_) => true,
@@ -442,17 +443,18 @@ impl Model {
     }
 
     fn write(&mut self, writer: usize) {
-        let run = self.writers[writer].run;
-        self.runs[run].version += 1;
+        if let Home::Run(run) = self.writers[writer].home {
+            self.runs[run].version += 1;
+        }
     }
 
-    fn add_writer(&mut self, run: usize, pid: u32, busy: bool) {
+    fn add_writer(&mut self, home: Home, pid: u32, busy: bool) {
         // A process starts a while after the last event (a pid given again
         // within the start times' precision is not told apart).
         self.boot += START_GAP;
         self.writers.push(Writer {
             pid,
-            run,
+            home,
             alive: true,
             busy,
             gauge: true,
@@ -460,8 +462,14 @@ impl Model {
             born_offset: self.wall_offset,
             first_offset: None,
         });
-        self.runs[run].writers.push(self.writers.len() - 1);
-        self.runs[run].version += 1;
+        let writer = self.writers.len() - 1;
+        match home {
+            Home::Run(run) => {
+                self.runs[run].writers.push(writer);
+                self.runs[run].version += 1;
+            }
+            Home::Pod(pod) => self.pods[pod].writers.push(writer),
+        }
     }
 
     fn exit(&mut self, writer: usize, kill: bool) {
@@ -481,7 +489,8 @@ impl Model {
     fn advance(&mut self, secs: f64) {
         self.boot += secs;
         for w in 0..self.writers.len() {
-            if self.writers[w].alive && self.writers[w].busy && self.present(self.writers[w].run) {
+            let writer = &self.writers[w];
+            if writer.alive && writer.busy && self.home_present(writer.home) {
                 self.write(w);
             }
         }
@@ -500,9 +509,9 @@ impl Model {
                     version: 0,
                     writers: Vec::new(),
                 });
-                self.add_writer(self.runs.len() - 1, pid, busy);
+                self.add_writer(Home::Run(self.runs.len() - 1), pid, busy);
             }
-            Step::StartWriter { run, pid, busy } => self.add_writer(run, pid, busy),
+            Step::StartWriter { run, pid, busy } => self.add_writer(Home::Run(run), pid, busy),
             Step::Write { writer } => self.write(writer),
             Step::Exit { writer, kill } => self.exit(writer, kill),
             Step::MarkDead { writer } => self.mark_dead(writer),
@@ -517,15 +526,14 @@ impl Model {
                     name: format!("default_vllm-{}", self.pods.len()),
                     removed: false,
                     writers: Vec::new(),
+                    seen: Seen::default(),
                 });
-                self.add_pod_writer(self.pods.len() - 1, pid);
+                self.add_writer(Home::Pod(self.pods.len() - 1), pid, false);
             }
-            Step::PodWorker { pod, pid } => self.add_pod_writer(pod, pid),
-            Step::PodWrite { .. } => {}
-            Step::PodExit { writer, .. } => self.pod_writers[writer].alive = false,
+            Step::PodWorker { pod, pid } => self.add_writer(Home::Pod(pod), pid, false),
             Step::RemovePod { pod } => {
                 for w in self.pods[pod].writers.clone() {
-                    self.pod_writers[w].alive = false;
+                    self.writers[w].alive = false;
                 }
                 self.pods[pod].removed = true;
             }
@@ -578,29 +586,71 @@ impl Model {
         }
     }
 
-    fn add_pod_writer(&mut self, pod: usize, pid: u32) {
-        self.pod_writers.push(PodWriter {
-            pod,
-            pid,
-            alive: true,
+    /// What a collector that keeps `seen` makes of the writers of the
+    /// files it reads (`read_writers`, first seen as `first` says): a writer
+    /// seen alive among them confirms that pids are seen (`auto`); the
+    /// writers it finds dead, whose live gauges it leaves out, kept dead.
+    fn collector_verdicts(
+        &self,
+        read_writers: &[usize],
+        first: &BTreeMap<usize, f64>,
+        seen: &mut Seen,
+    ) -> BTreeSet<usize> {
+        let assumed = Seen {
+            confirmed: true,
+            ..Seen::default()
+        };
+        seen.confirmed = seen.confirmed
+            || self.shape == Shape::SharedProc
+            || read_writers
+                .iter()
+                .any(|&w| self.writer_state(w, first[&w], &assumed) == State::Live);
+        let dropped: BTreeSet<usize> = read_writers
+            .iter()
+            .copied()
+            .filter(|&w| self.writer_state(w, first[&w], seen) == State::Dead)
+            .collect();
+        seen.dead.extend(dropped.iter().copied());
+        dropped
+    }
+
+    /// The pods' exporter asks: each present pod read whole (no temporary
+    /// runs in a pod), by a collector of its own that keeps what it knows
+    /// while the pod is there, leaving out the live gauges of the writers it
+    /// finds dead, by the rules of a directory's.
+    fn ask_pods(&mut self) {
+        let mut first = BTreeMap::new();
+        for (i, w) in self.writers.iter_mut().enumerate() {
+            if matches!(w.home, Home::Pod(p) if !self.pods[p].removed) {
+                first.insert(i, *w.first_offset.get_or_insert(self.wall_offset));
+            }
+        }
+        let mut dropped_gauges = BTreeSet::new();
+        for pod in 0..self.pods.len() {
+            if self.pods[pod].removed {
+                continue;
+            }
+            let mut seen = std::mem::take(&mut self.pods[pod].seen);
+            let read = self.pods[pod].writers.clone();
+            dropped_gauges.extend(self.collector_verdicts(&read, &first, &mut seen));
+            self.pods[pod].seen = seen;
+        }
+        self.expected = Some(Expected {
+            asker: Asker::Pods,
+            runs: Vec::new(),
+            dropped_gauges,
         });
-        self.pods[pod].writers.push(self.pod_writers.len() - 1);
     }
 
     fn ask(&mut self, asker: Asker) {
         if asker == Asker::Pods {
-            // Every present pod's files (the world lists them).
-            self.expected = Some(Expected {
-                asker,
-                runs: Vec::new(),
-                dropped_gauges: BTreeSet::new(),
-            });
+            self.ask_pods();
             return;
         }
         let fresh = asker == Asker::Dump;
         let mut first = BTreeMap::new();
         for (i, w) in self.writers.iter_mut().enumerate() {
-            if !self.runs[w.run].removed {
+            if matches!(w.home, Home::Run(r) if !self.runs[r].removed) {
                 let offset = if fresh {
                     self.wall_offset
                 } else {
@@ -639,20 +689,7 @@ impl Model {
         } else {
             Seen::default()
         };
-        seen.confirmed = seen.confirmed
-            || self.shape == Shape::SharedProc
-            || read_writers.iter().any(|&w| {
-                let assumed = Seen {
-                    confirmed: true,
-                    ..Seen::default()
-                };
-                self.writer_state(w, first[&w], &assumed) == State::Live
-            });
-        let dropped_gauges: BTreeSet<usize> = read_writers
-            .into_iter()
-            .filter(|&w| self.writer_state(w, first[&w], &seen) == State::Dead)
-            .collect();
-        seen.dead.extend(dropped_gauges.iter().copied());
+        let dropped_gauges = self.collector_verdicts(&read_writers, &first, &mut seen);
         if kept {
             self.collectors.insert(asker, seen);
         }

@@ -1,38 +1,43 @@
 //! The pods of the liveness state-machine test: an exporter reading the
 //! pods' parent directory (`--dir.subdirectories-label pod`), each
-//! subdirectory a pod whose writers (the crate's own writer, real files)
-//! start, count, exit by SIGKILL or cleanly, and which appears and goes.
-//! Its answer must equal a fresh prometheus_client merge of each present
-//! pod's files, combined as the pods' label says.
+//! subdirectory a pod that appears and goes, whose writers (the crate's own
+//! writer, real files) start, count and exit by SIGKILL or cleanly, driven
+//! through the scripted world as a run's writers are (`mod.rs`: their pids
+//! drawn as the others', colliding with the exporter's own thread ids in a
+//! pid namespace of its own; their processes in the seam's table; their
+//! files held by the exporter's threads). The pods' readers are given the
+//! seam (`PartReaders::set_evidence`, through [`Source::with_evidence`]).
 //!
-//! The pods' readers take the system's evidence (`pipeline/parts.rs` is not
-//! given the seam), so their writers carry pids no Linux process can have
-//! ([`super::model::POD_PIDS`]): unknown, served as prometheus_client
-//! serves them.
+//! Its answer must equal a fresh prometheus_client merge of each present
+//! pod's files, less the live gauges of the writers the model finds dead
+//! by a directory's rules (`model::Model::ask_pods`: a collector of its own
+//! per pod), combined as the pods' label says.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::model::{Model, Step};
-use crate::format::file_name::GaugeMode;
-use crate::format::writer::{mark_process_dead, ProcessWriter};
+use super::model::{Home, Model};
 use crate::model::MetricFamily;
 use crate::pipeline::{Collector, Source};
 use crate::source::link_policy::LinkPolicy;
-use crate::source::writers::{LivenessMode, WriterPolicy};
+use crate::source::writers::evidence::Evidence;
+use crate::source::writers::WriterPolicy;
 use crate::source::{Input, MemoryBudget};
 use crate::transform::combine::{combine, Part};
 
-/// The pods' parent, its exporter, and the writers' files.
+/// The pods' parent and its exporter.
 pub(super) struct Pods {
     dir: PathBuf,
     source: Source,
-    /// By the model's pod writer index.
-    writers: Vec<ProcessWriter>,
 }
 
 impl Pods {
-    pub(super) fn new(root: &Path, model: &Model, policy: WriterPolicy) -> Self {
+    pub(super) fn new(
+        root: &Path,
+        model: &Model,
+        policy: WriterPolicy,
+        evidence: Arc<dyn Evidence>,
+    ) -> Self {
         let dir = root.join("pods");
         std::fs::create_dir(&dir).unwrap();
         let source = Source::new(
@@ -40,61 +45,15 @@ impl Pods {
             Some("pod".into()),
             LinkPolicy::default(),
         )
-        .with_writer_policy(WriterPolicy {
-            liveness: LivenessMode::Auto,
-            ..policy
-        })
+        .with_evidence(evidence)
+        .with_writer_policy(policy)
         .with_memory_budget(model.budget.map(|b| Arc::new(MemoryBudget::new(b))));
-        Self {
-            dir,
-            source,
-            writers: Vec::new(),
-        }
+        Self { dir, source }
     }
 
-    fn pod_dir(&self, model: &Model, pod: usize) -> PathBuf {
+    /// The subdirectory of pod `pod`.
+    pub(super) fn pod_dir(&self, model: &Model, pod: usize) -> PathBuf {
         self.dir.join(&model.pods[pod].name)
-    }
-
-    fn count(&mut self, writer: usize) {
-        let w = &mut self.writers[writer];
-        let pid = w.pid().to_owned();
-        let requests = w
-            .counter("requests", "Requests.", &[("worker", &pid)])
-            .unwrap();
-        requests.inc(w, 1.0).unwrap();
-    }
-
-    /// The model's last pod writer starts.
-    fn start(&mut self, model: &Model) {
-        let w = model.pod_writers.last().expect("applied to the model");
-        let mut writer = ProcessWriter::new(self.pod_dir(model, w.pod), w.pid);
-        let running = writer
-            .gauge("running", "Running.", &[], GaugeMode::LiveSum)
-            .unwrap();
-        running.set(&mut writer, 1.0).unwrap();
-        self.writers.push(writer);
-        self.count(self.writers.len() - 1);
-    }
-
-    pub(super) fn apply(&mut self, model: &Model, step: &Step) {
-        match *step {
-            Step::AddPod { .. } => {
-                std::fs::create_dir(self.pod_dir(model, model.pods.len() - 1)).unwrap();
-                self.start(model);
-            }
-            Step::PodWorker { .. } => self.start(model),
-            Step::PodWrite { writer } => self.count(writer),
-            Step::PodExit {
-                writer,
-                kill: false,
-            } => {
-                let w = &model.pod_writers[writer];
-                mark_process_dead(&self.pod_dir(model, w.pod), w.pid).unwrap();
-            }
-            Step::RemovePod { pod } => std::fs::remove_dir_all(self.pod_dir(model, pod)).unwrap(),
-            _ => {}
-        }
     }
 
     /// The exporter's answer.
@@ -103,27 +62,28 @@ impl Pods {
     }
 
     /// A fresh prometheus_client merge of each present pod's files (in the
-    /// order a listing gives them, as the exporter reads them), combined
-    /// under the pods' label in the order of their names.
+    /// order a listing gives them, as the exporter reads them), less the
+    /// live gauges of the writers the model found dead, combined under the
+    /// pods' label in the order of their names.
     pub(super) fn expected(&self, model: &Model) -> Vec<MetricFamily> {
-        let mut present: Vec<&str> = model
-            .pods
-            .iter()
-            .filter(|p| !p.removed)
-            .map(|p| p.name.as_str())
+        let expected = model.expected.as_ref().expect("an ask");
+        let mut present: Vec<usize> = (0..model.pods.len())
+            .filter(|&p| !model.pods[p].removed)
             .collect();
-        present.sort_unstable();
+        present.sort_unstable_by(|&a, &b| model.pods[a].name.cmp(&model.pods[b].name));
         let parts = present
             .into_iter()
-            .map(|name| {
-                let files: Vec<Input> = std::fs::read_dir(self.dir.join(name))
-                    .unwrap()
-                    .map(|e| e.unwrap().path())
-                    .filter(|p| p.extension().is_some_and(|e| e == "db"))
-                    .map(Input::File)
+            .map(|pod| {
+                let dropped: Vec<u32> = expected
+                    .dropped_gauges
+                    .iter()
+                    .map(|&w| &model.writers[w])
+                    .filter(|w| w.home == Home::Pod(pod))
+                    .map(|w| w.pid)
                     .collect();
+                let files = super::served_files(&self.pod_dir(model, pod), &dropped, &[]);
                 Part {
-                    value: name.into(),
+                    value: model.pods[pod].name.as_str().into(),
                     families: Collector::new().collect(&files).families,
                 }
             })
@@ -132,13 +92,19 @@ impl Pods {
     }
 
     /// Every pod the model keeps is there, and none other (the exporter
-    /// removes none).
+    /// removes none), and none went while a writer of it lives.
     pub(super) fn check(&self, model: &Model) {
-        for pod in &model.pods {
+        for (i, pod) in model.pods.iter().enumerate() {
             assert_eq!(
-                self.dir.join(&pod.name).exists(),
+                self.pod_dir(model, i).exists(),
                 !pod.removed,
                 "pod {}",
+                pod.name
+            );
+            let lives = pod.writers.iter().any(|&w| model.writers[w].alive);
+            assert!(
+                !(lives && pod.removed),
+                "pod {} removed while a writer lives",
                 pod.name
             );
         }
