@@ -3,8 +3,9 @@
 //! ids), writing, exiting by SIGKILL or cleanly with `mark_process_dead`,
 //! servers starting and stopping as `TemporaryDirectory` does (crashed runs
 //! left behind), files a collection does not read whole appearing in runs,
-//! two `--dir`s, pods of a `--dir.subdirectories-label` parent ([`pods`]),
-//! time passing, the wall clock stepping, the exporter's child starting and
+//! two `--dir`s, pods of a `--dir.subdirectories-label` parent ([`pods`]:
+//! their writers driven as a run's, their readers given the seam), time
+//! passing, the wall clock stepping, the exporter's child starting and
 //! exiting, and sources asking (`/metrics`, a configured view, a new
 //! `?name[]=` set, `dump`, the pods' exporter), in three shapes (the
 //! writers' pid namespace with descriptors readable, the same under
@@ -16,7 +17,9 @@
 //!
 //! After each ask the output must equal, byte for byte, a fresh
 //! prometheus_client merge of the files the model ([`model`]) says are
-//! served; no counter goes down between two answers of a source; no run or
+//! served (for the pods, each pod's files less the live gauges of the
+//! writers its collector must find dead, by a directory's rules); no
+//! counter goes down between two answers of a source; no run or
 //! pod is removed while a writer of it lives; every look at a run's content
 //! reads each file within the budget and no more of it than a collection
 //! would, a window at a time; and the processes outside the exporter's own
@@ -839,5 +842,22 @@ fn the_node_agent_counts_only_the_processes_outside_its_own_tree() {
     replay_model(Model::with(Shape::Own, false, None, Tree::UnderShell), &[
         Child { start: true },
         Ask(Asker::Metrics),
+    ]);
+}
+
+/// Issue 53 (defect 1) in a pod, as the generator found it with the fix
+/// reverted (seed 1; and seeds 53 and 2 with only the pods' exporter
+/// asking): in a pid namespace of its own, the pod's writer of pid 2 was
+/// taken for the exporter's own thread 2, which holds the writer's file
+/// (seen holding its file: pids confirmed visible), so the pod's other
+/// writer, unseen, was judged dead and its live gauge left out.
+#[test]
+#[rustfmt::skip]
+fn the_exporters_own_threads_are_not_a_pods_writers() {
+    use Step::*;
+    replay(Shape::Own, false, &[
+        AddPod { pid: 2 },
+        PodWorker { pod: 0, pid: 6 },
+        Ask(Asker::Pods),
     ]);
 }
