@@ -82,7 +82,7 @@ enum Kind {
     /// The inputs themselves.
     Inputs(Box<Collector>),
     /// Every subdirectory of the inputs (parents), labelled.
-    Subdirectories(SubdirectoryReader),
+    Subdirectories(Box<SubdirectoryReader>),
     /// Every directory discovered through `/proc`, labelled with its pod.
     Discovered(Box<DiscoveredReader>),
 }
@@ -194,11 +194,11 @@ impl Source {
     ) -> Self {
         let kind = match subdirectories_label {
             None => Kind::Inputs(Box::new(Collector::with_link_policy(link_policy))),
-            Some(label) => Kind::Subdirectories(SubdirectoryReader::new(
+            Some(label) => Kind::Subdirectories(Box::new(SubdirectoryReader::new(
                 inputs.iter().map(|i| i.path().to_path_buf()).collect(),
                 label,
                 link_policy,
-            )),
+            ))),
         };
         Self {
             inputs,
@@ -445,11 +445,13 @@ impl Source {
             Kind::Inputs(_) => {
                 Kind::Inputs(Box::new(Collector::with_link_policy(self.link_policy)))
             }
-            Kind::Subdirectories(reader) => Kind::Subdirectories(SubdirectoryReader::new(
-                reader.parents().to_vec(),
-                reader.label(),
-                self.link_policy,
-            )),
+            Kind::Subdirectories(reader) => {
+                Kind::Subdirectories(Box::new(SubdirectoryReader::new(
+                    reader.parents().to_vec(),
+                    reader.label(),
+                    self.link_policy,
+                )))
+            }
             Kind::Discovered(_) => return,
         };
         self.apply_budget();
