@@ -504,16 +504,9 @@ impl World {
             .collect();
         let mut files = Vec::new();
         for &run in &expected.runs {
-            let dropped: Vec<u32> = expected
-                .dropped_gauges
-                .iter()
-                .map(|&w| &model.writers[w])
-                .filter(|w| w.home == Home::Run(run))
-                .map(|w| w.pid)
-                .collect();
             files.extend(served_files(
                 &self.home_dir(model, Home::Run(run)),
-                &dropped,
+                &expected.dropped_in(model, Home::Run(run)),
                 &left_out,
             ));
         }

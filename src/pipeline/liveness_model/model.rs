@@ -229,6 +229,18 @@ pub(super) struct Expected {
     pub(super) dropped_gauges: BTreeSet<usize>,
 }
 
+impl Expected {
+    /// The pids of the writers of `home` whose live gauge is left out.
+    pub(super) fn dropped_in(&self, model: &Model, home: Home) -> Vec<u32> {
+        self.dropped_gauges
+            .iter()
+            .map(|&w| &model.writers[w])
+            .filter(|w| w.home == home)
+            .map(|w| w.pid)
+            .collect()
+    }
+}
+
 /// An oversized file in a run.
 #[derive(Clone, Debug)]
 pub(super) struct OddFile {

@@ -74,13 +74,7 @@ impl Pods {
         let parts = present
             .into_iter()
             .map(|pod| {
-                let dropped: Vec<u32> = expected
-                    .dropped_gauges
-                    .iter()
-                    .map(|&w| &model.writers[w])
-                    .filter(|w| w.home == Home::Pod(pod))
-                    .map(|w| w.pid)
-                    .collect();
+                let dropped = expected.dropped_in(model, Home::Pod(pod));
                 let files = super::served_files(&self.pod_dir(model, pod), &dropped, &[]);
                 Part {
                     value: model.pods[pod].name.as_str().into(),
