@@ -68,6 +68,17 @@ pub struct KeyStore {
     merge_realized: usize,
 }
 
+/// Where a [`KeyStore`] stood ([`KeyStore::mark`]): what
+/// [`KeyStore::truncate`] takes it back to.
+#[derive(Debug, Clone, Copy)]
+pub struct StoreMark {
+    keys: usize,
+    strings: usize,
+    tuples: usize,
+    content_bytes: usize,
+    merge_reserve: usize,
+}
+
 #[derive(Debug, Clone, Copy)]
 pub(super) struct KeyInfo {
     pub(super) family: StrId,
@@ -143,6 +154,42 @@ impl KeyStore {
         }
         let key = decode_key(raw)?;
         Ok(self.store(hash, &key))
+    }
+
+    /// Where the store stands now, for [`Self::truncate`].
+    pub fn mark(&self) -> StoreMark {
+        StoreMark {
+            keys: self.keys.len(),
+            strings: self.strings.len(),
+            tuples: self.tuples.len(),
+            content_bytes: self.content_bytes,
+            merge_reserve: self.merge_reserve,
+        }
+    }
+
+    /// Forgets every key, string and label set stored since `mark` (taken
+    /// since the last merge: nothing refers to them but the ids handed out
+    /// since, which the caller drops). A reader does when it leaves a file
+    /// out part read: the keys it had interned of it are never merged, and
+    /// kept they would be charged to the memory budget for nothing (issue
+    /// 53: a source cut for the budget stayed cut by the keys of the file
+    /// it had read in part). The capacity of the tables stays.
+    pub fn truncate(&mut self, mark: StoreMark) {
+        if self.keys.len() == mark.keys
+            && self.strings.len() == mark.strings
+            && self.tuples.len() == mark.tuples
+        {
+            return;
+        }
+        self.raw.retain(|id| (*id as usize) < mark.keys);
+        self.raw_hashes.truncate(mark.keys);
+        self.keys.truncate(mark.keys);
+        self.string_ids.retain(|id| (*id as usize) < mark.strings);
+        self.strings.truncate(mark.strings);
+        self.tuple_ids.retain(|id| (*id as usize) < mark.tuples);
+        self.tuples.truncate(mark.tuples);
+        self.content_bytes = mark.content_bytes;
+        self.merge_reserve = mark.merge_reserve;
     }
 
     /// Stores a decoded key whose raw bytes hash to `hash`.

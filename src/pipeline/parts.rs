@@ -233,6 +233,12 @@ impl<K: Ord + Clone> PartReaders<K> {
         self.settings.budget = budget;
     }
 
+    /// What the part `key`'s reader holds of the memory budget now (tests).
+    #[cfg(test)]
+    pub(crate) fn held_by(&self, key: &K) -> Option<usize> {
+        self.readers.get(key).and_then(Slot::share_held)
+    }
+
     /// Withdraws every part reader's charge from the budget.
     pub fn release_budget(&mut self) {
         for (_, slot) in std::mem::take(&mut self.readers) {
@@ -293,7 +299,77 @@ impl<K: Ord + Clone> PartReaders<K> {
         let allowances = crate::source::budget::allowances(budget.limit(), &needs);
         for (i, (slot, allowance)) in slots.iter_mut().zip(allowances).enumerate() {
             if index.is_none_or(|index| index == i) {
-                slot.set_allowance(allowance, &self.settings);
+                // The room it was handed out of what the budget left unused,
+                // while the needs are the same.
+                let extra = slot.extra_for(&needs);
+                if extra == 0 {
+                    slot.drop_extra();
+                }
+                slot.set_allowance(allowance.saturating_add(extra), &self.settings);
+            }
+        }
+    }
+
+    /// Once every part was read: the room the budget leaves unused is
+    /// handed to the parts cut, least needy first, each read again with it
+    /// (side by side: within `deadline`, one after the other). A part's
+    /// files are read whole or not at all, so a part cut at its allowance
+    /// holds less, and a part cut at its fair level may fit in what the
+    /// others leave (issue 53: unused budget is used). The room handed stays
+    /// the part's while the parts' needs stay the same (it is not let go of
+    /// and handed again at every collection); `unknown`: what a part not
+    /// read counts for ([`Self::set_allowances`]).
+    fn use_unused_room(
+        &self,
+        parts: &[PartSpec<K>],
+        slots: &mut [Slot],
+        outcomes: &mut [Outcome],
+        unknown: usize,
+        deadline: Option<Instant>,
+    ) {
+        let Some(budget) = &self.settings.budget else {
+            return;
+        };
+        let mut cut: Vec<usize> = (0..slots.len())
+            .filter(|&i| {
+                slots[i].cut_granted().is_some() && matches!(outcomes[i], Outcome::Fresh(_))
+            })
+            .collect();
+        cut.sort_by_key(|&i| (slots[i].need(), i));
+        let mut given = false;
+        for i in cut {
+            let held = slots[i].share_held().unwrap_or(0);
+            let limit = held.saturating_add(budget.free());
+            if limit <= slots[i].room() {
+                continue;
+            }
+            slots[i].extend_allowance(limit);
+            given = true;
+            let max_files = self.caps.max_files;
+            match deadline {
+                None => outcomes[i] = slots[i].run(&parts[i].inputs, &self.settings, max_files),
+                Some(deadline) => {
+                    slots[i].start(
+                        &parts[i].inputs,
+                        &parts[i].pins,
+                        &self.settings,
+                        max_files,
+                        &self.finished,
+                    );
+                    wait(&self.finished, std::iter::once(&slots[i]), deadline);
+                    match slots[i].outcome(self.settings.max_late_age) {
+                        Outcome::Fresh(collection) => outcomes[i] = Outcome::Fresh(collection),
+                        // Late: the first read stands, and what it will
+                        // hold is not known yet.
+                        _ => break,
+                    }
+                }
+            }
+        }
+        if given {
+            let needs: Vec<usize> = slots.iter().map(|s| s.need().unwrap_or(unknown)).collect();
+            for slot in slots.iter_mut() {
+                slot.keep_extra_for(&needs);
             }
         }
     }
@@ -419,7 +495,9 @@ impl<K: Ord + Clone> PartReaders<K> {
                     }
                     outcomes[i] = Some(outcome);
                 }
-                outcomes.into_iter().flatten().collect()
+                let mut outcomes: Vec<Outcome> = outcomes.into_iter().flatten().collect();
+                self.use_unused_room(&parts, &mut slots, &mut outcomes, floor, None);
+                outcomes
             }
             Some(deadline) => {
                 for (spec, slot) in parts.iter().zip(&mut slots) {
@@ -437,6 +515,7 @@ impl<K: Ord + Clone> PartReaders<K> {
                     .map(|slot| slot.outcome(self.settings.max_late_age))
                     .collect();
                 self.read_again_once_known(&parts, &mut slots, &mut outcomes, floor, deadline);
+                self.use_unused_room(&parts, &mut slots, &mut outcomes, floor, Some(deadline));
                 outcomes
             }
         };
