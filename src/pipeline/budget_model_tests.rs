@@ -15,12 +15,20 @@
 //!   being exactly those reported `over_memory_budget` (how
 //!   `docs/reliability.md` says a cut part is reported), and no other
 //!   problem;
-//! - a part that needs less than its floor (an equal share) is whole, and
-//!   when the parts together fit in the budget every part is whole from the
-//!   [`SETTLE`]th scrape after the last change on ("needs": what it holds
-//!   read alone, with the reader's margin, [`fits`]);
+//! - a part that needs less than its floor (an equal share) is whole; from
+//!   the [`SETTLE`]th scrape after the last change of files on, a part is
+//!   cut only if it could not be read whole in what the budget leaves it:
+//!   its need is over its fair level (max-min fair shares, water-filling
+//!   over the parts' needs: [`crate::source::budget::allowances`]) and
+//!   over what it holds plus the budget's unused room ("needs": what it
+//!   holds read alone, with the reader's margin, [`fits`]);
 //! - `/metrics` is whole when it fits in the share the views cannot take,
 //!   and the views never hold more than theirs.
+//!
+//! Half the sequences start from the issue's shape (defect 3): one big
+//! part of several writers of the same series and small parts, under a
+//! budget about the size of the data, and small parts then grow by a few
+//! hundred to a thousand and a half series.
 //!
 //! A fixed number of cases (96, `PROPTEST_CASES` for more) from a fixed
 //! seed ([`SEED`], `PROPTEST_RNG_SEED` for another); the seed is printed
@@ -52,9 +60,9 @@ use crate::transform::views::View;
 const FAMILIES: u8 = 3;
 /// Parts at most.
 const PARTS: u8 = 4;
-/// The scrapes after the last change of files by which parts that fit
-/// together are all whole (a cut part's need is estimated from its
-/// skipped files' bytes, then learnt).
+/// The scrapes after the last change of files by which a part is cut only
+/// if it could not be read whole in what the budget leaves it (a cut
+/// part's need is estimated from its skipped files' bytes, then learnt).
 const SETTLE: u32 = 3;
 /// Writers (files) per part or directory at most.
 const WRITERS: u32 = 4;
@@ -758,4 +766,24 @@ fn a_cut_metrics_keeps_the_keys_of_a_file_read_in_part_and_stays_cut() {
         Write { part: 0, pid: 0, file: file_of(0, 1, 1) },
         Scrape,
     ]);
+}
+
+/// Found by the generator (issue 53, seed 53 once it checked the unused
+/// room): three parts of one file each, every file larger than an equal
+/// share, were all cut to their level at every scrape, each holding
+/// nothing, most of the budget unused though the smallest fitted in it.
+#[test]
+#[rustfmt::skip]
+fn parts_cut_at_their_level_leave_the_budget_unused() {
+    use Step::*;
+    let model = Model {
+        shape: Shape::Parts,
+        budget_permille: 247,
+        parts: BTreeMap::from([
+            (0, BTreeMap::from([(1, file_of(0, 513, 1))])),
+            (1, BTreeMap::from([(0, file_of(0, 219, 1))])),
+            (2, BTreeMap::from([(2, file_of(0, 1631, 1))])),
+        ]),
+    };
+    replay(model, &[Scrape, Scrape, Scrape]);
 }
