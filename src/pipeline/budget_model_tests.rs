@@ -787,3 +787,33 @@ fn parts_cut_at_their_level_leave_the_budget_unused() {
     };
     replay(model, &[Scrape, Scrape, Scrape]);
 }
+
+/// Found by the generator (issue 53, seed 101 of 2,000 cases): a big part
+/// of three writers (one of which then wrote one series) and a small one
+/// that grew to about half its floor. The small part, read first, was cut:
+/// the big one held all but a third of the budget. Counted at what it held
+/// plus four times its skipped file's bytes, less than what reading it
+/// reserves, it left the big one its charge, and stayed cut below its
+/// floor.
+#[test]
+#[rustfmt::skip]
+fn a_small_part_grown_while_the_big_one_shrank_is_cut_below_its_floor() {
+    use Step::*;
+    let big = file_of(0, 2382, 1);
+    let model = Model {
+        shape: Shape::Parts,
+        budget_permille: 1223,
+        parts: BTreeMap::from([
+            (0, BTreeMap::from([(0, big), (1, big), (2, big)])),
+            (1, BTreeMap::from([(0, file_of(0, 1, 1))])),
+        ]),
+    };
+    replay(model, &[
+        Write { part: 0, pid: 0, file: file_of(0, 1, 1) },
+        Scrape,
+        Write { part: 1, pid: 0, file: file_of(0, 1020, 1) },
+        Scrape,
+        Scrape,
+        Scrape,
+    ]);
+}

@@ -499,8 +499,17 @@ impl Slot {
                 // A part cut needs about what it holds plus what its skipped
                 // files would cost: never "unbounded" (issue 53: a small
                 // part cut by another's stale charge then dragged every
-                // other part's allowance down).
-                self.need = Some(charge.cut.map_or(charge.held, |cut| cut.needed));
+                // other part's allowance down); and never less than the
+                // allowance it was cut at (issue 53: a part cut while the
+                // others held more than its allowance left it, needing less
+                // than its floor but more than the estimate and what reading
+                // reserves, was left cut: counted at its allowance, the
+                // others let go of what it is owed).
+                self.need = Some(
+                    charge
+                        .cut
+                        .map_or(charge.held, |cut| cut.needed.max(cut.granted)),
+                );
                 self.cut = charge.cut;
                 self.last = Some(Last {
                     families: collection.families.clone(),
