@@ -310,6 +310,17 @@ impl<K: Ord + Clone> PartReaders<K> {
         }
     }
 
+    /// Starts a job reading `part` on its slot's worker.
+    fn start(&self, part: &PartSpec<K>, slot: &mut Slot) {
+        slot.start(
+            &part.inputs,
+            &part.pins,
+            &self.settings,
+            self.caps.max_files,
+            &self.finished,
+        );
+    }
+
     /// Once every part was read: the room the budget leaves unused is
     /// handed to the parts cut, least needy first, each read again with it
     /// (side by side: within `deadline`, one after the other). A part's
@@ -330,11 +341,7 @@ impl<K: Ord + Clone> PartReaders<K> {
         let Some(budget) = &self.settings.budget else {
             return;
         };
-        let mut cut: Vec<usize> = (0..slots.len())
-            .filter(|&i| {
-                slots[i].cut_granted().is_some() && matches!(outcomes[i], Outcome::Fresh(_))
-            })
-            .collect();
+        let mut cut = cut_and_read(slots, outcomes);
         cut.sort_by_key(|&i| (slots[i].need(), i));
         let mut given = false;
         for i in cut {
@@ -349,13 +356,7 @@ impl<K: Ord + Clone> PartReaders<K> {
             match deadline {
                 None => outcomes[i] = slots[i].run(&parts[i].inputs, &self.settings, max_files),
                 Some(deadline) => {
-                    slots[i].start(
-                        &parts[i].inputs,
-                        &parts[i].pins,
-                        &self.settings,
-                        max_files,
-                        &self.finished,
-                    );
+                    self.start(&parts[i], &mut slots[i]);
                     wait(&self.finished, std::iter::once(&slots[i]), deadline);
                     match slots[i].outcome(self.settings.max_late_age) {
                         Outcome::Fresh(collection) => outcomes[i] = Outcome::Fresh(collection),
@@ -408,24 +409,13 @@ impl<K: Ord + Clone> PartReaders<K> {
         floor: usize,
         deadline: Instant,
     ) {
-        let cut: Vec<usize> = (0..slots.len())
-            .filter(|&i| {
-                slots[i].cut_granted().is_some() && matches!(outcomes[i], Outcome::Fresh(_))
-            })
-            .collect();
+        let cut = cut_and_read(slots, outcomes);
         let again = self.make_room(slots, &cut, floor);
         if again.is_empty() {
             return;
         }
         for &i in &again {
-            let max_files = self.caps.max_files;
-            slots[i].start(
-                &parts[i].inputs,
-                &parts[i].pins,
-                &self.settings,
-                max_files,
-                &self.finished,
-            );
+            self.start(&parts[i], &mut slots[i]);
         }
         wait(&self.finished, again.iter().map(|&i| &slots[i]), deadline);
         for i in again {
@@ -664,6 +654,13 @@ fn add_stats(total: &mut CollectStats, one: &CollectStats) {
     total.keys_decoded += one.keys_decoded;
     total.replanned |= one.replanned;
     total.parts_panicked += one.parts_panicked;
+}
+
+/// The parts read by this collection and cut for the memory budget.
+fn cut_and_read(slots: &[Slot], outcomes: &[Outcome]) -> Vec<usize> {
+    (0..slots.len())
+        .filter(|&i| slots[i].cut_granted().is_some() && matches!(outcomes[i], Outcome::Fresh(_)))
+        .collect()
 }
 
 /// Logs how a part's read went against its allowance of the memory
