@@ -421,3 +421,41 @@ impl KeyStore {
         built
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::writer::encode_key;
+
+    /// Issue 53: the keys of a file left out part read stayed in the store,
+    /// charged for nothing. Taken back out, the store is as it was: the
+    /// same estimate, the same ids for the keys it kept, and the keys taken
+    /// out interned anew as new ones.
+    #[test]
+    fn keys_stored_since_a_mark_are_taken_back_out() {
+        let key = |i: u32| encode_key("f", "f_total", &[("i", &i.to_string())], "F.");
+        let mut store = KeyStore::new();
+        let kept: Vec<KeyId> = (0..3)
+            .map(|i| store.intern(key(i).as_bytes()).unwrap())
+            .collect();
+        let mark = store.mark();
+        let bytes = store.approx_bytes();
+        let reserve = store.merge_reserve();
+        for i in 3..40 {
+            store.intern(key(i).as_bytes()).unwrap();
+        }
+        assert!(store.approx_bytes() > bytes);
+        store.truncate(mark);
+        assert_eq!(store.len(), 3);
+        assert_eq!(store.merge_reserve(), reserve);
+        // The tables keep their capacity; what they hold is as before.
+        assert!(store.approx_bytes() >= bytes);
+        assert_eq!(store.content_bytes, mark.content_bytes);
+        for (i, &id) in (0..3).zip(&kept) {
+            assert_eq!(store.intern(key(i).as_bytes()).unwrap(), id);
+        }
+        assert_eq!(store.intern(key(3).as_bytes()).unwrap(), 3);
+        assert_eq!(store.family_name(3), "f");
+        assert_eq!(store.len(), 4);
+    }
+}
