@@ -817,3 +817,42 @@ fn a_small_part_grown_while_the_big_one_shrank_is_cut_below_its_floor() {
         Scrape,
     ]);
 }
+
+/// Found by the generator (issue 53, seed 303 of 2,000 cases): four parts
+/// changed at once; reading one after the other, the part cut first (`p1`,
+/// grown) was let go of when the room was made for a part cut after it
+/// (`p2`, under its floor), and neither was read again in that collection:
+/// both cut below their floor for a scrape, and the room they were made
+/// unused.
+#[test]
+#[rustfmt::skip]
+fn small_parts_let_go_of_for_another_cut_part_are_left_cut_below_their_floor() {
+    use Step::*;
+    let big = file_of(0, 2620, 1);
+    let model = Model {
+        shape: Shape::Parts,
+        budget_permille: 947,
+        parts: BTreeMap::from([
+            (0, BTreeMap::from([(0, big), (1, big)])),
+            (1, BTreeMap::from([(0, file_of(0, 2, 1))])),
+            (2, BTreeMap::from([(0, file_of(1, 5, 1)), (3, file_of(1, 7, 2))])),
+            (3, BTreeMap::from([(1, file_of(0, 1, 3)), (2, file_of(0, 6, 1))])),
+        ]),
+    };
+    replay(model, &[
+        Write { part: 2, pid: 3, file: file_of(0, 1528, 1) },
+        Write { part: 0, pid: 2, file: file_of(1, 1121, 1) },
+        Scrape,
+        Remove { part: 0, pid: 0 },
+        Write { part: 0, pid: 0, file: file_of(0, 1, 1) },
+        Write { part: 3, pid: 1, file: file_of(0, 1025, 1) },
+        Scrape,
+        Write { part: 2, pid: 3, file: file_of(2, 237, 1) },
+        Remove { part: 3, pid: 1 },
+        Scrape,
+        Write { part: 2, pid: 0, file: file_of(2, 286, 1) },
+        Write { part: 0, pid: 0, file: file_of(0, 1, 1) },
+        Write { part: 1, pid: 0, file: file_of(0, 643, 1) },
+        Scrape,
+    ]);
+}

@@ -341,11 +341,6 @@ impl Slot {
         self.extra = None;
     }
 
-    /// The allowance its last read was cut to, if it was cut.
-    pub(crate) fn cut_granted(&self) -> Option<usize> {
-        self.cut.map(|cut| cut.granted)
-    }
-
     /// The most the part could hold now: its allowance, less what the
     /// other parts hold beyond what is left of the whole budget
     /// ([`MemoryBudget::room`]; `usize::MAX`: no budget).

@@ -44,7 +44,7 @@ use crate::pipeline::part_status::PartStatus;
 use crate::pipeline::{CollectStats, Collection};
 use crate::source::link_policy::LinkPolicy;
 use crate::source::writers::WriterPolicy;
-use crate::source::{Input, MemoryBudget, Problem};
+use crate::source::{Input, MemoryBudget, Problem, SkipReason};
 use crate::transform::combine::{combine_labelled, Conflict, LabelledPart};
 use crate::transform::config::PerWriter as PerWriterConfig;
 
@@ -341,7 +341,7 @@ impl<K: Ord + Clone> PartReaders<K> {
         let Some(budget) = &self.settings.budget else {
             return;
         };
-        let mut cut = cut_and_read(slots, outcomes);
+        let mut cut = cut_and_read(outcomes);
         cut.sort_by_key(|&i| (slots[i].need(), i));
         let mut given = false;
         for i in cut {
@@ -409,7 +409,7 @@ impl<K: Ord + Clone> PartReaders<K> {
         floor: usize,
         deadline: Instant,
     ) {
-        let cut = cut_and_read(slots, outcomes);
+        let cut = cut_and_read(outcomes);
         let again = self.make_room(slots, &cut, floor);
         if again.is_empty() {
             return;
@@ -478,12 +478,22 @@ impl<K: Ord + Clone> PartReaders<K> {
                     // The needs of the parts read before are known now; a
                     // part not read yet may need its whole allowance.
                     self.set_allowances(&mut slots, Some(i), usize::MAX);
-                    let mut outcome = slots[i].run(&parts[i].inputs, &self.settings, max_files);
-                    let cut = slots[i].cut_granted().map(|_| i);
-                    if !self.make_room(&mut slots, cut.as_slice(), floor).is_empty() {
-                        outcome = slots[i].run(&parts[i].inputs, &self.settings, max_files);
-                    }
+                    let outcome = slots[i].run(&parts[i].inputs, &self.settings, max_files);
+                    let cut = is_cut(&outcome);
                     outcomes[i] = Some(outcome);
+                    if !cut {
+                        continue;
+                    }
+                    // Every part cut so far, this one and those read before
+                    // (whose cut the room made may have let go of), read
+                    // again when it has more room.
+                    let cut: Vec<usize> = (0..outcomes.len())
+                        .filter(|&j| outcomes[j].as_ref().is_some_and(is_cut))
+                        .collect();
+                    for j in self.make_room(&mut slots, &cut, floor) {
+                        let again = slots[j].run(&parts[j].inputs, &self.settings, max_files);
+                        outcomes[j] = Some(again);
+                    }
                 }
                 let mut outcomes: Vec<Outcome> = outcomes.into_iter().flatten().collect();
                 self.use_unused_room(&parts, &mut slots, &mut outcomes, floor, None);
@@ -657,10 +667,23 @@ fn add_stats(total: &mut CollectStats, one: &CollectStats) {
 }
 
 /// The parts read by this collection and cut for the memory budget.
-fn cut_and_read(slots: &[Slot], outcomes: &[Outcome]) -> Vec<usize> {
-    (0..slots.len())
-        .filter(|&i| slots[i].cut_granted().is_some() && matches!(outcomes[i], Outcome::Fresh(_)))
+fn cut_and_read(outcomes: &[Outcome]) -> Vec<usize> {
+    (0..outcomes.len())
+        .filter(|&i| is_cut(&outcomes[i]))
         .collect()
+}
+
+/// Whether a part was read by this collection and cut for the memory
+/// budget (from what it read: the room made for another part may have let
+/// go of what it holds since, and of its cut).
+fn is_cut(outcome: &Outcome) -> bool {
+    match outcome {
+        Outcome::Fresh(collection) => collection
+            .problems
+            .iter()
+            .any(|p| matches!(p.reason, SkipReason::OverMemoryBudget { .. })),
+        _ => false,
+    }
 }
 
 /// Logs how a part's read went against its allowance of the memory
