@@ -68,6 +68,17 @@ pub struct KeyStore {
     merge_realized: usize,
 }
 
+/// Where a [`KeyStore`] stood ([`KeyStore::mark`]): what
+/// [`KeyStore::truncate`] takes it back to.
+#[derive(Debug, Clone, Copy)]
+pub struct StoreMark {
+    keys: usize,
+    strings: usize,
+    tuples: usize,
+    content_bytes: usize,
+    merge_reserve: usize,
+}
+
 #[derive(Debug, Clone, Copy)]
 pub(super) struct KeyInfo {
     pub(super) family: StrId,
@@ -143,6 +154,42 @@ impl KeyStore {
         }
         let key = decode_key(raw)?;
         Ok(self.store(hash, &key))
+    }
+
+    /// Where the store stands now, for [`Self::truncate`].
+    pub fn mark(&self) -> StoreMark {
+        StoreMark {
+            keys: self.keys.len(),
+            strings: self.strings.len(),
+            tuples: self.tuples.len(),
+            content_bytes: self.content_bytes,
+            merge_reserve: self.merge_reserve,
+        }
+    }
+
+    /// Forgets every key, string and label set stored since `mark` (taken
+    /// since the last merge: nothing refers to them but the ids handed out
+    /// since, which the caller drops). A reader does when it leaves a file
+    /// out part read: the keys it had interned of it are never merged, and
+    /// kept they would be charged to the memory budget for nothing (issue
+    /// 53: a source cut for the budget stayed cut by the keys of the file
+    /// it had read in part). The capacity of the tables stays.
+    pub fn truncate(&mut self, mark: StoreMark) {
+        if self.keys.len() == mark.keys
+            && self.strings.len() == mark.strings
+            && self.tuples.len() == mark.tuples
+        {
+            return;
+        }
+        self.raw.retain(|id| (*id as usize) < mark.keys);
+        self.raw_hashes.truncate(mark.keys);
+        self.keys.truncate(mark.keys);
+        self.string_ids.retain(|id| (*id as usize) < mark.strings);
+        self.strings.truncate(mark.strings);
+        self.tuple_ids.retain(|id| (*id as usize) < mark.tuples);
+        self.tuples.truncate(mark.tuples);
+        self.content_bytes = mark.content_bytes;
+        self.merge_reserve = mark.merge_reserve;
     }
 
     /// Stores a decoded key whose raw bytes hash to `hash`.
@@ -372,5 +419,43 @@ impl KeyStore {
         }
         self.output_labels[index] = Some(built.clone());
         built
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::writer::encode_key;
+
+    /// Issue 53: the keys of a file left out part read stayed in the store,
+    /// charged for nothing. Taken back out, the store is as it was: the
+    /// same estimate, the same ids for the keys it kept, and the keys taken
+    /// out interned anew as new ones.
+    #[test]
+    fn keys_stored_since_a_mark_are_taken_back_out() {
+        let key = |i: u32| encode_key("f", "f_total", &[("i", &i.to_string())], "F.");
+        let mut store = KeyStore::new();
+        let kept: Vec<KeyId> = (0..3)
+            .map(|i| store.intern(key(i).as_bytes()).unwrap())
+            .collect();
+        let mark = store.mark();
+        let bytes = store.approx_bytes();
+        let reserve = store.merge_reserve();
+        for i in 3..40 {
+            store.intern(key(i).as_bytes()).unwrap();
+        }
+        assert!(store.approx_bytes() > bytes);
+        store.truncate(mark);
+        assert_eq!(store.len(), 3);
+        assert_eq!(store.merge_reserve(), reserve);
+        // The tables keep their capacity; what they hold is as before.
+        assert!(store.approx_bytes() >= bytes);
+        assert_eq!(store.content_bytes, mark.content_bytes);
+        for (i, &id) in (0..3).zip(&kept) {
+            assert_eq!(store.intern(key(i).as_bytes()).unwrap(), id);
+        }
+        assert_eq!(store.intern(key(3).as_bytes()).unwrap(), 3);
+        assert_eq!(store.family_name(3), "f");
+        assert_eq!(store.len(), 4);
     }
 }

@@ -37,7 +37,7 @@ mod tests;
 use thiserror::Error;
 
 pub use cache::{FileIdentity, MergeInput, Merged, PlanCache};
-pub use keys::{KeyId, KeyStore};
+pub use keys::{KeyId, KeyStore, StoreMark};
 pub use plan::{plan, MergePlan, Output, PlanInput, Planned, ShapeMismatch};
 pub use python_float::python_float;
 pub use records::{merge_records, RawRecord};

@@ -124,6 +124,10 @@ pub(crate) struct Slot {
     read_once: bool,
     /// Workers started for it (one, unless a worker died).
     workers_started: usize,
+    /// Room handed to it beyond its allowance, out of what the budget left
+    /// unused ([`Slot::extend_allowance`]), and the parts' needs it was
+    /// handed for: kept while they stay the same.
+    extra: Option<(usize, Vec<usize>)>,
 }
 
 /// A part's last collection.
@@ -270,6 +274,7 @@ impl Slot {
             over_files: false,
             read_once: false,
             workers_started: 0,
+            extra: None,
         }
     }
 
@@ -306,9 +311,38 @@ impl Slot {
         }
     }
 
-    /// The allowance its last read was cut to, if it was cut.
-    pub(crate) fn cut_granted(&self) -> Option<usize> {
-        self.cut.map(|cut| cut.granted)
+    /// The room handed to the part beyond its allowance while the parts
+    /// need `needs` (the same as when it was handed), else 0.
+    pub(crate) fn extra_for(&self, needs: &[usize]) -> usize {
+        self.extra
+            .as_ref()
+            .filter(|(_, given_for)| given_for == needs)
+            .map_or(0, |&(extra, _)| extra)
+    }
+
+    /// Lets the part hold up to `limit`, more than its allowance, out of
+    /// what the budget leaves unused: it holds less than that
+    /// (nothing is let go), and its next read retries the files it skipped.
+    pub(crate) fn extend_allowance(&mut self, limit: usize) {
+        if let Some(budget) = &self.shared.budget {
+            let before = self.extra.as_ref().map_or(0, |&(extra, _)| extra);
+            let extra = before.saturating_add(limit.saturating_sub(budget.limit()));
+            budget.set_limit(limit);
+            self.extra = Some((extra, Vec::new()));
+        }
+    }
+
+    /// Keeps the room handed to the part beyond its allowance for as long
+    /// as the parts need `needs` (what they need once it was read with it).
+    pub(crate) fn keep_extra_for(&mut self, needs: &[usize]) {
+        if let Some((_, given_for)) = &mut self.extra {
+            needs.clone_into(given_for);
+        }
+    }
+
+    /// Forgets the room handed to it beyond its allowance.
+    pub(crate) fn drop_extra(&mut self) {
+        self.extra = None;
     }
 
     /// The most the part could hold now: its allowance, less what the
@@ -464,8 +498,17 @@ impl Slot {
                 // A part cut needs about what it holds plus what its skipped
                 // files would cost: never "unbounded" (issue 53: a small
                 // part cut by another's stale charge then dragged every
-                // other part's allowance down).
-                self.need = Some(charge.cut.map_or(charge.held, |cut| cut.needed));
+                // other part's allowance down); and never less than the
+                // allowance it was cut at (issue 53: a part cut while the
+                // others held more than its allowance left it, needing less
+                // than its floor but more than the estimate and what reading
+                // reserves, was left cut: counted at its allowance, the
+                // others let go of what it is owed).
+                self.need = Some(
+                    charge
+                        .cut
+                        .map_or(charge.held, |cut| cut.needed.max(cut.granted)),
+                );
                 self.cut = charge.cut;
                 self.last = Some(Last {
                     families: collection.families.clone(),
@@ -506,8 +549,8 @@ impl Slot {
         release
     }
 
-    /// What the part's share of the memory budget holds now (tests).
-    #[cfg(test)]
+    /// What the part's share of the memory budget holds now (`None`: no
+    /// budget).
     pub(crate) fn share_held(&self) -> Option<usize> {
         self.shared.budget.as_ref().map(|b| b.held())
     }

@@ -45,7 +45,7 @@ use crate::pipeline::{CollectStats, Collection};
 use crate::source::link_policy::LinkPolicy;
 use crate::source::writers::evidence::{self, Evidence};
 use crate::source::writers::WriterPolicy;
-use crate::source::{Input, MemoryBudget, Problem};
+use crate::source::{Input, MemoryBudget, Problem, SkipReason};
 use crate::transform::combine::{combine_labelled, Conflict, LabelledPart};
 use crate::transform::config::PerWriter as PerWriterConfig;
 
@@ -246,6 +246,12 @@ impl<K: Ord + Clone> PartReaders<K> {
         self.settings.budget = budget;
     }
 
+    /// What the part `key`'s reader holds of the memory budget now (tests).
+    #[cfg(test)]
+    pub(crate) fn held_by(&self, key: &K) -> Option<usize> {
+        self.readers.get(key).and_then(Slot::share_held)
+    }
+
     /// Withdraws every part reader's charge from the budget.
     pub fn release_budget(&mut self) {
         for (_, slot) in std::mem::take(&mut self.readers) {
@@ -306,7 +312,78 @@ impl<K: Ord + Clone> PartReaders<K> {
         let allowances = crate::source::budget::allowances(budget.limit(), &needs);
         for (i, (slot, allowance)) in slots.iter_mut().zip(allowances).enumerate() {
             if index.is_none_or(|index| index == i) {
-                slot.set_allowance(allowance, &self.settings);
+                // The room it was handed out of what the budget left unused,
+                // while the needs are the same.
+                let extra = slot.extra_for(&needs);
+                if extra == 0 {
+                    slot.drop_extra();
+                }
+                slot.set_allowance(allowance.saturating_add(extra), &self.settings);
+            }
+        }
+    }
+
+    /// Starts a job reading `part` on its slot's worker.
+    fn start(&self, part: &PartSpec<K>, slot: &mut Slot) {
+        slot.start(
+            &part.inputs,
+            &part.pins,
+            &self.settings,
+            self.caps.max_files,
+            &self.finished,
+        );
+    }
+
+    /// Once every part was read: the room the budget leaves unused is
+    /// handed to the parts cut, least needy first, each read again with it
+    /// (side by side: within `deadline`, one after the other). A part's
+    /// files are read whole or not at all, so a part cut at its allowance
+    /// holds less, and a part cut at its fair level may fit in what the
+    /// others leave (issue 53: unused budget is used). The room handed stays
+    /// the part's while the parts' needs stay the same (it is not let go of
+    /// and handed again at every collection); `unknown`: what a part not
+    /// read counts for ([`Self::set_allowances`]).
+    fn use_unused_room(
+        &self,
+        parts: &[PartSpec<K>],
+        slots: &mut [Slot],
+        outcomes: &mut [Outcome],
+        unknown: usize,
+        deadline: Option<Instant>,
+    ) {
+        let Some(budget) = &self.settings.budget else {
+            return;
+        };
+        let mut cut = cut_and_read(outcomes);
+        cut.sort_by_key(|&i| (slots[i].need(), i));
+        let mut given = false;
+        for i in cut {
+            let held = slots[i].share_held().unwrap_or(0);
+            let limit = held.saturating_add(budget.free());
+            if limit <= slots[i].room() {
+                continue;
+            }
+            slots[i].extend_allowance(limit);
+            given = true;
+            let max_files = self.caps.max_files;
+            match deadline {
+                None => outcomes[i] = slots[i].run(&parts[i].inputs, &self.settings, max_files),
+                Some(deadline) => {
+                    self.start(&parts[i], &mut slots[i]);
+                    wait(&self.finished, std::iter::once(&slots[i]), deadline);
+                    match slots[i].outcome(self.settings.max_late_age) {
+                        Outcome::Fresh(collection) => outcomes[i] = Outcome::Fresh(collection),
+                        // Late: the first read stands, and what it will
+                        // hold is not known yet.
+                        _ => break,
+                    }
+                }
+            }
+        }
+        if given {
+            let needs: Vec<usize> = slots.iter().map(|s| s.need().unwrap_or(unknown)).collect();
+            for slot in slots.iter_mut() {
+                slot.keep_extra_for(&needs);
             }
         }
     }
@@ -345,24 +422,13 @@ impl<K: Ord + Clone> PartReaders<K> {
         floor: usize,
         deadline: Instant,
     ) {
-        let cut: Vec<usize> = (0..slots.len())
-            .filter(|&i| {
-                slots[i].cut_granted().is_some() && matches!(outcomes[i], Outcome::Fresh(_))
-            })
-            .collect();
+        let cut = cut_and_read(outcomes);
         let again = self.make_room(slots, &cut, floor);
         if again.is_empty() {
             return;
         }
         for &i in &again {
-            let max_files = self.caps.max_files;
-            slots[i].start(
-                &parts[i].inputs,
-                &parts[i].pins,
-                &self.settings,
-                max_files,
-                &self.finished,
-            );
+            self.start(&parts[i], &mut slots[i]);
         }
         wait(&self.finished, again.iter().map(|&i| &slots[i]), deadline);
         for i in again {
@@ -425,14 +491,26 @@ impl<K: Ord + Clone> PartReaders<K> {
                     // The needs of the parts read before are known now; a
                     // part not read yet may need its whole allowance.
                     self.set_allowances(&mut slots, Some(i), usize::MAX);
-                    let mut outcome = slots[i].run(&parts[i].inputs, &self.settings, max_files);
-                    let cut = slots[i].cut_granted().map(|_| i);
-                    if !self.make_room(&mut slots, cut.as_slice(), floor).is_empty() {
-                        outcome = slots[i].run(&parts[i].inputs, &self.settings, max_files);
-                    }
+                    let outcome = slots[i].run(&parts[i].inputs, &self.settings, max_files);
+                    let cut = is_cut(&outcome);
                     outcomes[i] = Some(outcome);
+                    if !cut {
+                        continue;
+                    }
+                    // Every part cut so far, this one and those read before
+                    // (whose cut the room made may have let go of), read
+                    // again when it has more room.
+                    let cut: Vec<usize> = (0..outcomes.len())
+                        .filter(|&j| outcomes[j].as_ref().is_some_and(is_cut))
+                        .collect();
+                    for j in self.make_room(&mut slots, &cut, floor) {
+                        let again = slots[j].run(&parts[j].inputs, &self.settings, max_files);
+                        outcomes[j] = Some(again);
+                    }
                 }
-                outcomes.into_iter().flatten().collect()
+                let mut outcomes: Vec<Outcome> = outcomes.into_iter().flatten().collect();
+                self.use_unused_room(&parts, &mut slots, &mut outcomes, floor, None);
+                outcomes
             }
             Some(deadline) => {
                 for (spec, slot) in parts.iter().zip(&mut slots) {
@@ -450,6 +528,7 @@ impl<K: Ord + Clone> PartReaders<K> {
                     .map(|slot| slot.outcome(self.settings.max_late_age))
                     .collect();
                 self.read_again_once_known(&parts, &mut slots, &mut outcomes, floor, deadline);
+                self.use_unused_room(&parts, &mut slots, &mut outcomes, floor, Some(deadline));
                 outcomes
             }
         };
@@ -598,6 +677,26 @@ fn add_stats(total: &mut CollectStats, one: &CollectStats) {
     total.keys_decoded += one.keys_decoded;
     total.replanned |= one.replanned;
     total.parts_panicked += one.parts_panicked;
+}
+
+/// The parts read by this collection and cut for the memory budget.
+fn cut_and_read(outcomes: &[Outcome]) -> Vec<usize> {
+    (0..outcomes.len())
+        .filter(|&i| is_cut(&outcomes[i]))
+        .collect()
+}
+
+/// Whether a part was read by this collection and cut for the memory
+/// budget (from what it read: the room made for another part may have let
+/// go of what it holds since, and of its cut).
+fn is_cut(outcome: &Outcome) -> bool {
+    match outcome {
+        Outcome::Fresh(collection) => collection
+            .problems
+            .iter()
+            .any(|p| matches!(p.reason, SkipReason::OverMemoryBudget { .. })),
+        _ => false,
+    }
 }
 
 /// Logs how a part's read went against its allowance of the memory

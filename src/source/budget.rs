@@ -41,6 +41,13 @@
 //!   was skipped ([`MemoryBudget::room`]), and a part cut while another
 //!   still held a charge its new allowance takes back is read again once
 //!   that part has let go of it (issue 53).
+//! - A part's files are read whole or not at all, so a part cut holds less
+//!   than its allowance. Once every part was read, the room the budget
+//!   leaves unused is handed to the parts cut, least needy first, each read
+//!   again with it; the room handed stays the part's while the parts' needs
+//!   stay the same, so that it is not let go of and handed again at every
+//!   collection (issue 53: every part cut at its level, most of the budget
+//!   unused). A new part or a need that changes takes it back.
 //! - Every share's charge also counts against the whole budget, so the
 //!   limit holds even while allowances computed from last known needs are
 //!   stale: a part is never given memory another part still holds.

@@ -701,6 +701,9 @@ impl Reader {
         let mut read_bytes = got;
         // The store's size at the last check of the budget (never: none).
         let mut checked_keys = usize::MAX;
+        // What the store holds before this file's new keys: a file left
+        // out takes its keys back out.
+        let mark = store.mark();
         let mut failure = None;
         let mut stalled = false;
         while pos < used {
@@ -828,6 +831,11 @@ impl Reader {
         // `refresh_settled`, for record bytes that became visible after
         // their `used` on a weakly ordered CPU; next time, for a file
         // repaired in place).
+        if failure.is_some() {
+            // Its keys interned so far are never merged (issue 53: kept,
+            // they were charged for nothing and kept a cut source cut).
+            store.truncate(mark);
+        }
         match failure {
             Some(SkipReason::OverMemoryBudget { .. }) => {
                 return Err(self.skip_over_budget(path, identity))

@@ -332,3 +332,50 @@ fn scratch_issue_setup() {
         show(&readers, &out, &budget);
     }
 }
+
+/// Issue 53 (found by the budget model): three pods of one file each,
+/// every file larger than an equal share, were all cut to their level at
+/// every collection, each holding nothing and most of the budget unused,
+/// though the smallest fitted in it. Now the room left unused is handed to
+/// the pods cut, least needy first, read one after the other or side by
+/// side; and kept: the next collections read nothing again.
+#[test]
+fn pods_cut_at_their_level_leave_the_budget_unused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dirs: Vec<PathBuf> = ["a", "b", "c"].iter().map(|p| tmp.path().join(p)).collect();
+    for (dir, per_file) in dirs.iter().zip([500, 200, 1600]) {
+        series(dir, 1, per_file, 1.0);
+    }
+    let specs = || -> Vec<PartSpec<String>> {
+        ["a", "b", "c"]
+            .iter()
+            .zip(&dirs)
+            .map(|(p, dir)| spec(p, dir, p))
+            .collect()
+    };
+    let needs = needs_alone(&specs());
+    // Room for the smallest twice over, under an equal share of each.
+    let limit = needs[1] * 2 + needs[1] / 2;
+    assert!(needs.iter().all(|&need| need > limit / 3), "{needs:?}");
+    for parallel in [false, true] {
+        let (budget, mut readers) = within(limit);
+        let mut bytes_read = None;
+        for collection in 0..4 {
+            let out = read_within(&mut readers, specs(), parallel);
+            let skipped: Vec<usize> = ["a", "b", "c"]
+                .iter()
+                .map(|p| over_budget(&out, p))
+                .collect();
+            assert_eq!(skipped, [1, 0, 1], "parallel {parallel}, {collection}");
+            assert!(text_of(&out).contains("c_total{i=\"0_199\",part=\"b\"} 1.0"));
+            assert!(budget.held() <= limit);
+            if collection > 0 {
+                // The room handed stays: no file is read again (the same
+                // headers looked at each time).
+                assert_eq!(out.collection.stats.keys_decoded, 0, "{collection}");
+                let read = out.collection.stats.bytes_read;
+                assert_eq!(*bytes_read.get_or_insert(read), read, "{collection}");
+            }
+        }
+    }
+}
