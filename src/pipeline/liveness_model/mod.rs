@@ -27,6 +27,7 @@
 //! the number of sequences (256 by default), `PROPTEST_RNG_SEED` the seed
 //! ([`SEED`] by default; printed, see `docs/reliability.md`).
 
+mod discovered;
 mod model;
 mod pods;
 
@@ -95,6 +96,7 @@ impl ReferenceStateMachine for Reference {
             1 => Just(Asker::NameSet),
             1 => Just(Asker::Dump),
             2 => Just(Asker::Pods),
+            2 => Just(Asker::Discovered),
         ];
         prop_oneof![
             3 => (0..DIRS, pids.clone(), any::<bool>())
@@ -174,6 +176,8 @@ struct World {
     answer: Option<(Vec<u8>, Vec<u8>)>,
     /// The pods' exporter.
     pods: pods::Pods,
+    /// The node agent, finding the same pods.
+    agent: discovered::Agent,
 }
 
 /// The files of `dir` a collection serves, in the order a listing gives
@@ -258,8 +262,10 @@ impl World {
             false,
         );
         let pods = pods::Pods::new(root.path(), model, policy, Arc::new(evidence.clone()));
+        let agent = discovered::Agent::new(root.path(), &pods.dir, policy, &evidence);
         Self {
             pods,
+            agent,
             _root: root,
             dirs,
             evidence,
@@ -379,13 +385,17 @@ impl World {
             Step::AddPod { pid } => {
                 let pod = self.pods.pod_dir(model, model.pods.len() - 1);
                 std::fs::create_dir(&pod).unwrap();
+                self.agent.pod_added(model, model.pods.len() - 1);
                 self.start_writer(&pod, pid, false);
             }
             Step::PodWorker { pod, pid } => {
                 let pod = self.pods.pod_dir(model, pod);
                 self.start_writer(&pod, pid, false);
             }
-            Step::RemovePod { pod } => self.stop(model, Home::Pod(pod), true),
+            Step::RemovePod { pod } => {
+                self.stop(model, Home::Pod(pod), true);
+                self.agent.pod_removed(model, pod);
+            }
             Step::Advance { secs } => {
                 self.evidence.advance(Duration::from_secs(u64::from(secs)));
                 busy_write(&self.writers);
@@ -460,11 +470,14 @@ impl World {
                 (dump.collect().collection.families, None)
             }
             Asker::Pods => (self.pods.answer(), None),
+            Asker::Discovered => (self.agent.answer(), None),
         };
-        let expected = if asker == Asker::Pods {
-            self.pods.expected(model)
-        } else {
-            self.expected(model, view.as_ref())
+        let expected = match asker {
+            Asker::Pods => self.pods.expected(model),
+            Asker::Discovered => self
+                .agent
+                .expected(model, |pod| self.pods.pod_dir(model, pod)),
+            _ => self.expected(model, view.as_ref()),
         };
         let got = match &view {
             Some(view) => view.cut(&families),

@@ -103,6 +103,32 @@ pub(super) enum Asker {
     /// `/metrics` of an exporter reading the pods' parent directory
     /// (`--dir.subdirectories-label pod`).
     Pods,
+    /// `/metrics` of the node agent (`serve --discover.processes`), which
+    /// finds the same pods through their writers' descriptors.
+    Discovered,
+}
+
+/// How often the node agent scans (`--discover.interval`'s default), and
+/// how early it may (a tenth of it, a second at most).
+const SCAN_INTERVAL: f64 = 10.0;
+const SCAN_SLACK: f64 = 1.0;
+/// How often the node agent checks whether a holder of its last scan
+/// exited, at most (`discovered::HOLDER_CHECK_INTERVAL`).
+const HOLDER_CHECK: f64 = 1.0;
+
+/// What the node agent keeps (`pipeline::discovered`): its scans'
+/// schedule, its targets and each target's collector.
+#[derive(Clone, Debug, Default)]
+struct Agent {
+    /// When it last scanned (boot clock).
+    last_scan: Option<f64>,
+    /// When it last checked its holders.
+    last_check: f64,
+    /// Its targets (pods), each with the writers that held its files at
+    /// the last scan.
+    targets: BTreeMap<usize, Vec<usize>>,
+    /// What each target's collector knows (kept while the target is).
+    seen: BTreeMap<usize, Seen>,
 }
 
 /// A pod: a subdirectory of the pods' parent, its writers' files in it.
@@ -227,6 +253,8 @@ pub(super) struct Expected {
     pub(super) runs: Vec<usize>,
     /// Writers whose live gauge is left out (seen dead).
     pub(super) dropped_gauges: BTreeSet<usize>,
+    /// The node agent's targets (pods), read in this order.
+    pub(super) pods: Vec<usize>,
 }
 
 impl Expected {
@@ -268,6 +296,8 @@ pub(super) struct Model {
     shared: RunsModel,
     /// What `/metrics`'s and the view's collectors know.
     collectors: BTreeMap<Asker, Seen>,
+    /// The node agent.
+    agent: Agent,
     pub(super) expected: Option<Expected>,
 }
 
@@ -296,6 +326,7 @@ impl Model {
             wall_offset: 1_700_000_000.0 - 100.0,
             shared: RunsModel::default(),
             collectors: BTreeMap::new(),
+            agent: Agent::default(),
             expected: None,
         }
     }
@@ -651,13 +682,94 @@ impl Model {
             asker: Asker::Pods,
             runs: Vec::new(),
             dropped_gauges,
+            pods: Vec::new(),
+        });
+    }
+
+    /// Whether the node agent scans at this collection, by its schedule: at
+    /// its first, once its interval passed, or when a holder of its last
+    /// scan exited (checked at most once a second).
+    fn scan_due(&mut self) -> bool {
+        let now = self.boot;
+        let Some(last) = self.agent.last_scan else {
+            return true;
+        };
+        if now - last + SCAN_SLACK >= SCAN_INTERVAL - EPSILON {
+            return true;
+        }
+        if now - self.agent.last_check >= HOLDER_CHECK - EPSILON {
+            self.agent.last_check = now;
+            return self
+                .agent
+                .targets
+                .values()
+                .flatten()
+                .any(|&w| !self.writers[w].alive);
+        }
+        false
+    }
+
+    /// The node agent asks (`pipeline::discovered`): it scans when due
+    /// ([`Self::scan_due`]): a pod some live writer holds files of is a
+    /// target (named from the kubelet's log tree), held by those writers; a
+    /// target no writer holds is kept while its pod exists and dropped once
+    /// it is gone (every pod is named: none lingers). Only in the writers'
+    /// pid namespace with descriptors readable (`hostPID` and
+    /// `CAP_SYS_PTRACE`) does it see a holder: elsewhere it finds nothing.
+    /// Then each target is read by a collector of its own, kept while the
+    /// target is, leaving out the live gauges of the writers it finds dead
+    /// by a directory's rules (a pod removed since the scan is read
+    /// through its kept descriptor: nothing is left in it).
+    fn ask_discovered(&mut self) {
+        if self.scan_due() {
+            self.agent.last_scan = Some(self.boot);
+            self.agent.last_check = self.boot;
+            let sees = self.shape == Shape::SharedAuto;
+            for pod in 0..self.pods.len() {
+                let holders: Vec<usize> = self.pods[pod]
+                    .writers
+                    .iter()
+                    .copied()
+                    .filter(|&w| sees && self.writers[w].alive)
+                    .collect();
+                if !holders.is_empty() {
+                    self.agent.targets.insert(pod, holders);
+                } else if self.pods[pod].removed {
+                    self.agent.targets.remove(&pod);
+                    self.agent.seen.remove(&pod);
+                } else if let Some(held) = self.agent.targets.get_mut(&pod) {
+                    held.clear();
+                }
+            }
+        }
+        let mut first = BTreeMap::new();
+        let read: Vec<usize> = self.agent.targets.keys().copied().collect();
+        for &pod in &read {
+            for &w in &self.pods[pod].writers {
+                let writer = &mut self.writers[w];
+                first.insert(w, *writer.first_offset.get_or_insert(self.wall_offset));
+            }
+        }
+        let mut dropped_gauges = BTreeSet::new();
+        for &pod in &read {
+            let mut seen = self.agent.seen.remove(&pod).unwrap_or_default();
+            let writers = self.pods[pod].writers.clone();
+            dropped_gauges.extend(self.collector_verdicts(&writers, &first, &mut seen));
+            self.agent.seen.insert(pod, seen);
+        }
+        self.expected = Some(Expected {
+            asker: Asker::Discovered,
+            runs: Vec::new(),
+            dropped_gauges,
+            pods: read,
         });
     }
 
     fn ask(&mut self, asker: Asker) {
-        if asker == Asker::Pods {
-            self.ask_pods();
-            return;
+        match asker {
+            Asker::Pods => return self.ask_pods(),
+            Asker::Discovered => return self.ask_discovered(),
+            _ => {}
         }
         let fresh = asker == Asker::Dump;
         let mut first = BTreeMap::new();
@@ -709,6 +821,7 @@ impl Model {
             asker,
             runs: read,
             dropped_gauges,
+            pods: Vec::new(),
         });
     }
 

@@ -1,0 +1,248 @@
+//! The node agent of the liveness state-machine test: `serve
+//! --discover.processes` finding the pods of `pods.rs` (the same
+//! subdirectories, the same writers) through their writers' descriptors, as
+//! it finds them on a node: each pod's directory held by its writers'
+//! processes, named from a kubelet log tree the test keeps (a pod's log
+//! directory made with it, removed when it goes), kept open after its
+//! writers exit while its pod exists, dropped once it is gone.
+//!
+//! Discovery is driven through its seam ([`Processes`]): [`Agent`]'s
+//! scripted processes are the seam's process table ([`Scripted`]: the
+//! writers' pids, start times and descriptors), the paths their descriptors
+//! name (the pods' real files, found by identity), one mount namespace, and
+//! the seam's clock (the scans' schedule). The parts' collectors are given
+//! the same evidence ([`Source::with_evidence`]). Settings that make the
+//! outcome replay from a seed: a scrape timeout of ten minutes (no part is
+//! late: none is served from its last collection) and no memory budget
+//! (parts read side by side do not race for one).
+//!
+//! Its answer must equal, after every ask, a fresh prometheus_client merge
+//! of each target's files less the live gauges of the writers its
+//! collector finds dead (`model::Model::ask_discovered`: the targets of the
+//! last scan, scanned when the reader's schedule says), each labelled
+//! `namespace`, `pod`, `container` as the node agent labels a pod, in the
+//! order of their labels.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::model::{Home, Model};
+use crate::model::{Label, MetricFamily};
+use crate::pipeline::discovered::DiscoverOptions;
+use crate::pipeline::{Collector, Source};
+use crate::source::discover::cgroup::CgroupOwner;
+use crate::source::discover::scan::{count_outside_own_tree, HeldFile};
+use crate::source::discover::{Holder, Processes, Scan, Sighting};
+use crate::source::writers::evidence::Evidence;
+use crate::source::writers::scripted::Scripted;
+use crate::source::writers::WriterPolicy;
+use crate::transform::combine::{combine_labelled, LabelledPart};
+
+/// The container ID every pod's writers' cgroup names.
+const CONTAINER_ID: &str = "8b6f0e3c1d2a4f5b9c7e6d5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c";
+/// The container every pod has (its only log directory).
+const CONTAINER: &str = "vllm";
+/// The writers' mount namespace (one for all: the pods' directories are
+/// reached at their own paths).
+const MOUNT_NS: u64 = 4_026_531_840;
+
+/// The UID of the pod named `name` (`default_vllm-<n>`).
+fn pod_uid(name: &str) -> String {
+    let n: u64 = name
+        .rsplit('-')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    format!("00000000-0000-4000-8000-{n:012}")
+}
+
+/// Discovery's processes in the scripted world.
+#[derive(Debug)]
+struct ScriptedProcesses {
+    evidence: Scripted,
+    /// The pods' parent: the files the processes hold are there.
+    pods: PathBuf,
+}
+
+impl ScriptedProcesses {
+    /// Every file of every pod (its identity → its pod's directory and its
+    /// name): what a descriptor's link names.
+    fn files(&self) -> BTreeMap<(u64, u64), (PathBuf, String)> {
+        let mut files = BTreeMap::new();
+        for pod in std::fs::read_dir(&self.pods).unwrap() {
+            let dir = pod.unwrap().path();
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries {
+                let entry = entry.unwrap();
+                let Ok(meta) = entry.metadata() else { continue };
+                let name = entry.file_name().to_string_lossy().into_owned();
+                files.insert((meta.dev(), meta.ino()), (dir.clone(), name));
+            }
+        }
+        files
+    }
+}
+
+impl Processes for ScriptedProcesses {
+    fn scan(&self) -> Scan {
+        let me = self.evidence.own_pid();
+        let pids = self.evidence.processes();
+        let mut scan = Scan {
+            outside_own_tree: count_outside_own_tree(&self.evidence, &pids),
+            ..Scan::default()
+        };
+        let files = self.files();
+        let mut sightings: BTreeMap<PathBuf, Sighting> = BTreeMap::new();
+        for pid in pids.into_iter().filter(|&pid| pid != me) {
+            let Some(open) = self.evidence.open_files(pid) else {
+                scan.unreadable.push(pid);
+                continue;
+            };
+            scan.processes += 1;
+            scan.descriptors += open.len();
+            let mut held: BTreeMap<&Path, Vec<HeldFile>> = BTreeMap::new();
+            for file in open.iter().filter(|f| f.writable) {
+                if let Some((dir, name)) = files.get(&file.identity) {
+                    held.entry(dir).or_default().push(HeldFile {
+                        name: name.clone(),
+                        identity: file.identity,
+                    });
+                }
+            }
+            for (dir, held) in held {
+                let uid = pod_uid(&dir.file_name().unwrap().to_string_lossy());
+                let holder = Holder {
+                    pid,
+                    ns_pid: self.evidence.innermost_pid(pid),
+                    start_time: self.evidence.start_time(pid),
+                    command: Some("python".into()),
+                    cgroup: Some(CgroupOwner {
+                        path: format!("/kubepods/pod{uid}/{CONTAINER_ID}"),
+                        pod_uid: Some(uid),
+                        container_id: Some(CONTAINER_ID.into()),
+                    }),
+                    files: held.len(),
+                };
+                let sample = held.into_iter().next().expect("one at least");
+                sightings
+                    .entry(dir.to_path_buf())
+                    .or_insert_with(|| Sighting {
+                        mount_ns: MOUNT_NS,
+                        dir: dir.to_path_buf(),
+                        holders: Vec::new(),
+                        sample,
+                    })
+                    .holders
+                    .push(holder);
+            }
+        }
+        scan.sightings = sightings.into_values().collect();
+        scan
+    }
+
+    fn is_alive(&self, holder: &Holder) -> bool {
+        let now = self.evidence.start_time(holder.pid);
+        now.is_some() && now == holder.start_time
+    }
+
+    fn through_root(&self, _pid: u32, dir: &Path) -> PathBuf {
+        dir.to_path_buf()
+    }
+
+    fn now(&self) -> Instant {
+        self.evidence.now()
+    }
+}
+
+/// The node agent and the kubelet's log tree.
+pub(super) struct Agent {
+    /// `/var/log/pods`.
+    logs: PathBuf,
+    source: Source,
+}
+
+impl Agent {
+    pub(super) fn new(root: &Path, pods: &Path, policy: WriterPolicy, evidence: &Scripted) -> Self {
+        let logs = root.join("log/pods");
+        std::fs::create_dir_all(&logs).unwrap();
+        let options = DiscoverOptions {
+            pod_log_dir: Some(logs.clone()),
+            scrape_timeout: Duration::from_secs(600),
+            ..DiscoverOptions::default()
+        };
+        let processes = ScriptedProcesses {
+            evidence: evidence.clone(),
+            pods: pods.to_path_buf(),
+        };
+        let source = Source::discovered(options)
+            .with_evidence(Arc::new(evidence.clone()))
+            .with_processes(Arc::new(processes))
+            .with_writer_policy(policy);
+        Self { logs, source }
+    }
+
+    /// The log directory of pod `pod` (`<namespace>_<pod>_<uid>`).
+    fn log_dir(&self, model: &Model, pod: usize) -> PathBuf {
+        let name = &model.pods[pod].name;
+        self.logs.join(format!("{name}_{}", pod_uid(name)))
+    }
+
+    /// Pod `pod` is made: the kubelet writes its container's logs.
+    pub(super) fn pod_added(&self, model: &Model, pod: usize) {
+        std::fs::create_dir_all(self.log_dir(model, pod).join(CONTAINER)).unwrap();
+    }
+
+    /// Pod `pod` is deleted: the kubelet removes its logs.
+    pub(super) fn pod_removed(&self, model: &Model, pod: usize) {
+        std::fs::remove_dir_all(self.log_dir(model, pod)).unwrap();
+    }
+
+    /// The node agent's answer.
+    pub(super) fn answer(&mut self) -> Vec<MetricFamily> {
+        self.source.collect().collection.families
+    }
+
+    /// A fresh prometheus_client merge of each target's files (in the order
+    /// a listing gives them, as the agent reads them; none once its
+    /// directory is removed), less the live gauges of the writers the model
+    /// found dead, labelled as the agent labels a pod, in the order of the
+    /// labels.
+    pub(super) fn expected(
+        &self,
+        model: &Model,
+        pod_dir: impl Fn(usize) -> PathBuf,
+    ) -> Vec<MetricFamily> {
+        let expected = model.expected.as_ref().expect("an ask");
+        let mut parts: Vec<LabelledPart> = expected
+            .pods
+            .iter()
+            .map(|&pod| {
+                let dir = pod_dir(pod);
+                let dropped = expected.dropped_in(model, Home::Pod(pod));
+                let files = if dir.exists() {
+                    super::served_files(&dir, &dropped, &[])
+                } else {
+                    Vec::new()
+                };
+                let (namespace, name) = model.pods[pod].name.split_once('_').unwrap();
+                let labels: Vec<Label> = vec![
+                    ("namespace".into(), namespace.into()),
+                    ("pod".into(), name.into()),
+                    ("container".into(), CONTAINER.into()),
+                ];
+                LabelledPart {
+                    name: format!("{namespace}/{name}/{CONTAINER}").into(),
+                    labels,
+                    families: Collector::new().collect(&files).families,
+                }
+            })
+            .collect();
+        parts.sort_by(|a, b| a.labels.cmp(&b.labels));
+        combine_labelled(parts).families
+    }
+}
