@@ -867,3 +867,21 @@ fn the_exporters_own_threads_are_not_a_pods_writers() {
         Ask(Asker::Pods),
     ]);
 }
+
+/// The node agent's parts judged by the evidence their source is given, as
+/// the generator found it with that withheld (`Source::with_evidence` not
+/// reaching the discovered parts; seeds 53, 1, 3 and 4): the parts asked
+/// `/proc`, which has no writer 100, so the killed writer, seen alive by
+/// the scan and the first collection, stayed unknown and its live gauge
+/// was served.
+#[test]
+#[rustfmt::skip]
+fn the_evidence_a_source_is_given_reaches_the_discovered_parts() {
+    use Step::*;
+    replay(Shape::SharedAuto, false, &[
+        AddPod { pid: 100 },
+        Ask(Asker::Discovered),
+        Exit { writer: 0, kill: true },
+        Ask(Asker::Discovered),
+    ]);
+}
