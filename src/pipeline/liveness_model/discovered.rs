@@ -41,22 +41,28 @@ use crate::source::writers::scripted::Scripted;
 use crate::source::writers::WriterPolicy;
 use crate::transform::combine::{combine_labelled, LabelledPart};
 
-/// The container ID every pod's writers' cgroup names.
-const CONTAINER_ID: &str = "8b6f0e3c1d2a4f5b9c7e6d5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c";
 /// The container every pod has (its only log directory).
 const CONTAINER: &str = "vllm";
 /// The writers' mount namespace (one for all: the pods' directories are
 /// reached at their own paths).
 const MOUNT_NS: u64 = 4_026_531_840;
 
-/// The UID of the pod named `name` (`default_vllm-<n>`).
-fn pod_uid(name: &str) -> String {
-    let n: u64 = name
-        .rsplit('-')
+/// The number of the pod named `name` (`default_vllm-<n>`).
+fn pod_number(name: &str) -> u64 {
+    name.rsplit('-')
         .next()
         .and_then(|n| n.parse().ok())
-        .unwrap();
-    format!("00000000-0000-4000-8000-{n:012}")
+        .unwrap()
+}
+
+/// The UID of the pod named `name`.
+fn pod_uid(name: &str) -> String {
+    format!("00000000-0000-4000-8000-{:012}", pod_number(name))
+}
+
+/// The ID of the container of the pod named `name`.
+fn container_id(name: &str) -> String {
+    format!("{:064x}", 0xc0de_0000 + pod_number(name))
 }
 
 /// Discovery's processes in the scripted world.
@@ -65,6 +71,8 @@ struct ScriptedProcesses {
     evidence: Scripted,
     /// The pods' parent: the files the processes hold are there.
     pods: PathBuf,
+    /// In Kubernetes: the writers' cgroups name their pods.
+    kubernetes: bool,
 }
 
 impl ScriptedProcesses {
@@ -115,16 +123,25 @@ impl Processes for ScriptedProcesses {
                 }
             }
             for (dir, held) in held {
-                let uid = pod_uid(&dir.file_name().unwrap().to_string_lossy());
+                let name = dir.file_name().unwrap().to_string_lossy();
+                let (uid, id) = (pod_uid(&name), container_id(&name));
                 let holder = Holder {
                     pid,
                     ns_pid: self.evidence.innermost_pid(pid),
                     start_time: self.evidence.start_time(pid),
                     command: Some("python".into()),
-                    cgroup: Some(CgroupOwner {
-                        path: format!("/kubepods/pod{uid}/{CONTAINER_ID}"),
-                        pod_uid: Some(uid),
-                        container_id: Some(CONTAINER_ID.into()),
+                    cgroup: Some(if self.kubernetes {
+                        CgroupOwner {
+                            path: format!("/kubepods/pod{uid}/{id}"),
+                            pod_uid: Some(uid),
+                            container_id: Some(id),
+                        }
+                    } else {
+                        CgroupOwner {
+                            path: format!("/system.slice/docker-{id}.scope"),
+                            pod_uid: None,
+                            container_id: Some(id),
+                        }
                     }),
                     files: held.len(),
                 };
@@ -161,23 +178,32 @@ impl Processes for ScriptedProcesses {
 
 /// The node agent and the kubelet's log tree.
 pub(super) struct Agent {
-    /// `/var/log/pods`.
-    logs: PathBuf,
+    /// `/var/log/pods`; `None` outside Kubernetes.
+    logs: Option<PathBuf>,
     source: Source,
 }
 
 impl Agent {
-    pub(super) fn new(root: &Path, pods: &Path, policy: WriterPolicy, evidence: &Scripted) -> Self {
-        let logs = root.join("log/pods");
-        std::fs::create_dir_all(&logs).unwrap();
+    pub(super) fn new(
+        root: &Path,
+        pods: &Path,
+        model: &Model,
+        policy: WriterPolicy,
+        evidence: &Scripted,
+    ) -> Self {
+        let logs = model.kubernetes.then(|| root.join("log/pods"));
+        if let Some(logs) = &logs {
+            std::fs::create_dir_all(logs).unwrap();
+        }
         let options = DiscoverOptions {
-            pod_log_dir: Some(logs.clone()),
+            pod_log_dir: logs.clone(),
             scrape_timeout: Duration::from_secs(600),
             ..DiscoverOptions::default()
         };
         let processes = ScriptedProcesses {
             evidence: evidence.clone(),
             pods: pods.to_path_buf(),
+            kubernetes: model.kubernetes,
         };
         let source = Source::discovered(options)
             .with_evidence(Arc::new(evidence.clone()))
@@ -186,20 +212,26 @@ impl Agent {
         Self { logs, source }
     }
 
-    /// The log directory of pod `pod` (`<namespace>_<pod>_<uid>`).
-    fn log_dir(&self, model: &Model, pod: usize) -> PathBuf {
+    /// The log directory of pod `pod` (`<namespace>_<pod>_<uid>`), in
+    /// Kubernetes.
+    fn log_dir(&self, model: &Model, pod: usize) -> Option<PathBuf> {
         let name = &model.pods[pod].name;
-        self.logs.join(format!("{name}_{}", pod_uid(name)))
+        let logs = self.logs.as_ref()?;
+        Some(logs.join(format!("{name}_{}", pod_uid(name))))
     }
 
     /// Pod `pod` is made: the kubelet writes its container's logs.
     pub(super) fn pod_added(&self, model: &Model, pod: usize) {
-        std::fs::create_dir_all(self.log_dir(model, pod).join(CONTAINER)).unwrap();
+        if let Some(dir) = self.log_dir(model, pod) {
+            std::fs::create_dir_all(dir.join(CONTAINER)).unwrap();
+        }
     }
 
     /// Pod `pod` is deleted: the kubelet removes its logs.
     pub(super) fn pod_removed(&self, model: &Model, pod: usize) {
-        std::fs::remove_dir_all(self.log_dir(model, pod)).unwrap();
+        if let Some(dir) = self.log_dir(model, pod) {
+            std::fs::remove_dir_all(dir).unwrap();
+        }
     }
 
     /// The node agent's answer.
@@ -229,7 +261,20 @@ impl Agent {
                 } else {
                     Vec::new()
                 };
-                let (namespace, name) = model.pods[pod].name.split_once('_').unwrap();
+                let families = Collector::new().collect(&files).families;
+                let pod_name = &model.pods[pod].name;
+                if !model.kubernetes {
+                    let (id, dir) = (container_id(pod_name), dir.display().to_string());
+                    return LabelledPart {
+                        name: format!("container {id} {dir}").into(),
+                        labels: vec![
+                            ("container".into(), id.into()),
+                            ("directory".into(), dir.into()),
+                        ],
+                        families,
+                    };
+                }
+                let (namespace, name) = pod_name.split_once('_').unwrap();
                 let labels: Vec<Label> = vec![
                     ("namespace".into(), namespace.into()),
                     ("pod".into(), name.into()),
@@ -238,7 +283,7 @@ impl Agent {
                 LabelledPart {
                     name: format!("{namespace}/{name}/{CONTAINER}").into(),
                     labels,
-                    families: Collector::new().collect(&files).families,
+                    families,
                 }
             })
             .collect();

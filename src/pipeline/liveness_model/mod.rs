@@ -78,9 +78,12 @@ impl ReferenceStateMachine for Reference {
                 Just(Tree::UnderInit),
                 Just(Tree::UnderShell)
             ],
+            any::<bool>(),
         )
-            .prop_map(|(shape, remove_stale, budget, tree)| {
-                Model::with(shape, remove_stale, budget.then_some(BUDGET), tree)
+            .prop_map(|(shape, remove_stale, budget, tree, kubernetes)| {
+                let mut model = Model::with(shape, remove_stale, budget.then_some(BUDGET), tree);
+                model.kubernetes = kubernetes;
+                model
             })
             .boxed()
     }
@@ -262,7 +265,7 @@ impl World {
             false,
         );
         let pods = pods::Pods::new(root.path(), model, policy, Arc::new(evidence.clone()));
-        let agent = discovered::Agent::new(root.path(), &pods.dir, policy, &evidence);
+        let agent = discovered::Agent::new(root.path(), &pods.dir, model, policy, &evidence);
         Self {
             pods,
             agent,

@@ -115,6 +115,9 @@ const SCAN_SLACK: f64 = 1.0;
 /// How often the node agent checks whether a holder of its last scan
 /// exited, at most (`discovered::HOLDER_CHECK_INTERVAL`).
 const HOLDER_CHECK: f64 = 1.0;
+/// How long the node agent keeps a directory no process holds when its pod
+/// is not known (`--discover.linger`'s default).
+const LINGER: f64 = 300.0;
 
 /// What the node agent keeps (`pipeline::discovered`): its scans'
 /// schedule, its targets and each target's collector.
@@ -127,6 +130,8 @@ struct Agent {
     /// Its targets (pods), each with the writers that held its files at
     /// the last scan.
     targets: BTreeMap<usize, Vec<usize>>,
+    /// When a scan last saw each target held.
+    last_held: BTreeMap<usize, f64>,
     /// What each target's collector knows (kept while the target is).
     seen: BTreeMap<usize, Seen>,
 }
@@ -285,6 +290,10 @@ pub(super) struct Model {
     /// The memory budget (`None`: none).
     pub(super) budget: Option<usize>,
     pub(super) tree: Tree,
+    /// The node agent runs in Kubernetes (the pods named from the kubelet's
+    /// log tree), or outside it (Docker containers: no pod known, a
+    /// directory no process holds lingers).
+    pub(super) kubernetes: bool,
     /// The exporter's child runs.
     pub(super) child: bool,
     pub(super) odd: Vec<OddFile>,
@@ -317,6 +326,7 @@ impl Model {
             remove_stale,
             budget,
             tree,
+            kubernetes: true,
             child: false,
             odd: Vec::new(),
             pods: Vec::new(),
@@ -711,9 +721,10 @@ impl Model {
 
     /// The node agent asks (`pipeline::discovered`): it scans when due
     /// ([`Self::scan_due`]): a pod some live writer holds files of is a
-    /// target (named from the kubelet's log tree), held by those writers; a
-    /// target no writer holds is kept while its pod exists and dropped once
-    /// it is gone (every pod is named: none lingers). Only in the writers'
+    /// target (named from the kubelet's log tree in Kubernetes), held by
+    /// those writers; a target no writer holds is kept while its pod exists
+    /// and dropped once it is gone in Kubernetes, kept for the linger after
+    /// a scan last saw it held outside it. Only in the writers'
     /// pid namespace with descriptors readable (`hostPID` and
     /// `CAP_SYS_PTRACE`) does it see a holder: elsewhere it finds nothing.
     /// Then each target is read by a collector of its own, kept while the
@@ -732,11 +743,23 @@ impl Model {
                     .copied()
                     .filter(|&w| sees && self.writers[w].alive)
                     .collect();
+                let since_held = self
+                    .agent
+                    .last_held
+                    .get(&pod)
+                    .map_or(f64::INFINITY, |&at| self.boot - at);
+                let gone = if self.kubernetes {
+                    self.pods[pod].removed
+                } else {
+                    since_held >= LINGER - EPSILON
+                };
                 if !holders.is_empty() {
                     self.agent.targets.insert(pod, holders);
-                } else if self.pods[pod].removed {
+                    self.agent.last_held.insert(pod, self.boot);
+                } else if gone {
                     self.agent.targets.remove(&pod);
                     self.agent.seen.remove(&pod);
+                    self.agent.last_held.remove(&pod);
                 } else if let Some(held) = self.agent.targets.get_mut(&pod) {
                     held.clear();
                 }
