@@ -4,10 +4,13 @@
 //! servers starting and stopping as `TemporaryDirectory` does (crashed runs
 //! left behind), files a collection does not read whole appearing in runs,
 //! two `--dir`s, pods of a `--dir.subdirectories-label` parent ([`pods`]:
-//! their writers driven as a run's, their readers given the seam), time
-//! passing, the wall clock stepping, the exporter's child starting and
-//! exiting, and sources asking (`/metrics`, a configured view, a new
-//! `?name[]=` set, `dump`, the pods' exporter), in three shapes (the
+//! their writers driven as a run's, their readers given the seam), the
+//! node agent finding the same pods through their writers' descriptors
+//! ([`discovered`]: discovery driven through its own seam, in Kubernetes or
+//! outside it), time passing, the wall clock stepping, the exporter's child
+//! starting and exiting, and sources asking (`/metrics`, a configured view,
+//! a new `?name[]=` set, `dump`, the pods' exporter, the node agent), in
+//! three shapes (the
 //! writers' pid namespace with descriptors readable, the same under
 //! `--writers.liveness=proc` without them, a pid namespace of its own),
 //! with or without a memory budget, the exporter run directly, under tini
@@ -18,7 +21,8 @@
 //! After each ask the output must equal, byte for byte, a fresh
 //! prometheus_client merge of the files the model ([`model`]) says are
 //! served (for the pods, each pod's files less the live gauges of the
-//! writers its collector must find dead, by a directory's rules); no
+//! writers its collector must find dead, by a directory's rules; for the
+//! node agent, the same for each pod it found by its last scan); no
 //! counter goes down between two answers of a source; no run or
 //! pod is removed while a writer of it lives; every look at a run's content
 //! reads each file within the budget and no more of it than a collection
