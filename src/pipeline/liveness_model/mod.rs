@@ -893,15 +893,21 @@ fn the_evidence_a_source_is_given_reaches_the_discovered_parts() {
     ]);
 }
 
+/// A model of the writers' pid namespace with descriptors readable, the
+/// node agent outside Kubernetes.
+fn outside_kubernetes() -> Model {
+    let mut model = Model::new(Shape::SharedAuto, false);
+    model.kubernetes = false;
+    model
+}
+
 /// Outside Kubernetes, as the generator found it with the linger made
 /// endless (seed 53, at the 1,039th of 2,000 cases).
 #[test]
 #[rustfmt::skip]
 fn outside_kubernetes_a_directory_no_process_holds_lingers_then_goes() {
     use Step::*;
-    let mut model = Model::new(Shape::SharedAuto, false);
-    model.kubernetes = false;
-    replay_model(model, &[
+    replay_model(outside_kubernetes(), &[
         AddPod { pid: 100 },
         PodWorker { pod: 0, pid: 101 },
         Exit { writer: 1, kill: true },
@@ -919,9 +925,7 @@ fn outside_kubernetes_a_directory_no_process_holds_lingers_then_goes() {
 #[rustfmt::skip]
 fn the_node_agent_scans_again_when_a_holder_exits() {
     use Step::*;
-    let mut model = Model::new(Shape::SharedAuto, false);
-    model.kubernetes = false;
-    replay_model(model, &[
+    replay_model(outside_kubernetes(), &[
         StartRun { dir: 0, pid: 100, busy: false },
         StartWriter { run: 0, pid: 103, busy: true },
         AddPod { pid: 101 },
