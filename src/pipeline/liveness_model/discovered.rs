@@ -36,10 +36,87 @@ use crate::pipeline::{Collector, Source};
 use crate::source::discover::cgroup::CgroupOwner;
 use crate::source::discover::scan::{count_outside_own_tree, HeldFile};
 use crate::source::discover::{Holder, Processes, Scan, Sighting};
-use crate::source::writers::evidence::Evidence;
+use crate::source::writers::evidence::{Births, Evidence, ProcessHandle};
+use crate::source::writers::procfs::OpenFile;
 use crate::source::writers::scripted::Scripted;
 use crate::source::writers::WriterPolicy;
 use crate::transform::combine::{combine_labelled, LabelledPart};
+
+/// The node agent's pid on the host, its threads next.
+const AGENT_PID: u32 = 900;
+
+/// The host's process table as the node agent sees it: the agent, and the
+/// pods' writers as [`World`](super::World) starts them ([`host_pid`]).
+pub(super) fn host_table() -> Scripted {
+    Scripted::new(AGENT_PID, (AGENT_PID + 1..=AGENT_PID + 4).collect())
+}
+
+/// The host pid of writer `writer` (its pid in its pod's namespace is the
+/// model's): one of its own, past the agent's threads.
+pub(super) fn host_pid(writer: usize) -> u32 {
+    1000 + u32::try_from(writer).unwrap()
+}
+
+/// The node agent's evidence: the host's process table (every pid and
+/// descriptor readable, each writer's pid in its pod's namespace its
+/// innermost), the world's clocks and files' births, and births first seen
+/// by another process than the sidecar exporter.
+#[derive(Debug)]
+struct HostView {
+    table: Scripted,
+    clock: Scripted,
+    births: Births,
+}
+
+impl Evidence for HostView {
+    fn own_pid(&self) -> u32 {
+        self.table.own_pid()
+    }
+
+    fn own_task(&self, host: u32) -> bool {
+        self.table.own_task(host)
+    }
+
+    fn processes(&self) -> Vec<u32> {
+        self.table.processes()
+    }
+
+    fn parent_pid(&self, host: u32) -> Option<u32> {
+        self.table.parent_pid(host)
+    }
+
+    fn start_time(&self, host: u32) -> Option<f64> {
+        self.table.start_time(host)
+    }
+
+    fn open_files(&self, host: u32) -> Option<Vec<OpenFile>> {
+        self.table.open_files(host)
+    }
+
+    fn innermost_pid(&self, host: u32) -> Option<u32> {
+        self.table.innermost_pid(host)
+    }
+
+    fn handle(&self, host: u32) -> Option<Box<dyn ProcessHandle>> {
+        self.table.handle(host)
+    }
+
+    fn now(&self) -> Instant {
+        self.clock.now()
+    }
+
+    fn clocks(&self) -> Option<(f64, f64)> {
+        self.clock.clocks()
+    }
+
+    fn births(&self) -> &Births {
+        &self.births
+    }
+
+    fn birth(&self, identity: (u64, u64), recorded: f64) -> f64 {
+        self.clock.birth(identity, recorded)
+    }
+}
 
 /// The container every pod has (its only log directory).
 const CONTAINER: &str = "vllm";
@@ -68,7 +145,7 @@ fn container_id(name: &str) -> String {
 /// Discovery's processes in the scripted world.
 #[derive(Debug)]
 struct ScriptedProcesses {
-    evidence: Scripted,
+    evidence: Arc<HostView>,
     /// The pods' parent: the files the processes hold are there.
     pods: PathBuf,
     /// In Kubernetes: the writers' cgroups name their pods.
@@ -101,7 +178,7 @@ impl Processes for ScriptedProcesses {
         let me = self.evidence.own_pid();
         let pids = self.evidence.processes();
         let mut scan = Scan {
-            outside_own_tree: count_outside_own_tree(&self.evidence, &pids),
+            outside_own_tree: count_outside_own_tree(&*self.evidence, &pids),
             ..Scan::default()
         };
         let files = self.files();
@@ -189,7 +266,8 @@ impl Agent {
         pods: &Path,
         model: &Model,
         policy: WriterPolicy,
-        evidence: &Scripted,
+        world: &Scripted,
+        host: &Scripted,
     ) -> Self {
         let logs = model.kubernetes.then(|| root.join("log/pods"));
         if let Some(logs) = &logs {
@@ -200,13 +278,18 @@ impl Agent {
             scrape_timeout: Duration::from_secs(600),
             ..DiscoverOptions::default()
         };
+        let evidence = Arc::new(HostView {
+            table: host.clone(),
+            clock: world.clone(),
+            births: Births::default(),
+        });
         let processes = ScriptedProcesses {
             evidence: evidence.clone(),
             pods: pods.to_path_buf(),
             kubernetes: model.kubernetes,
         };
         let source = Source::discovered(options)
-            .with_evidence(Arc::new(evidence.clone()))
+            .with_evidence(evidence)
             .with_processes(Arc::new(processes))
             .with_writer_policy(policy);
         Self { logs, source }

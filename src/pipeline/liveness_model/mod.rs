@@ -185,6 +185,9 @@ struct World {
     pods: pods::Pods,
     /// The node agent, finding the same pods.
     agent: discovered::Agent,
+    /// The host's process table as the node agent sees it (`hostPID`):
+    /// the pods' writers, each with a host pid of its own.
+    host: Scripted,
 }
 
 /// The files of `dir` a collection serves, in the order a listing gives
@@ -269,10 +272,12 @@ impl World {
             false,
         );
         let pods = pods::Pods::new(root.path(), model, policy, Arc::new(evidence.clone()));
-        let agent = discovered::Agent::new(root.path(), &pods.dir, model, policy, &evidence);
+        let host = discovered::host_table();
+        let agent = discovered::Agent::new(root.path(), &pods.dir, model, policy, &evidence, &host);
         Self {
             pods,
             agent,
+            host,
             _root: root,
             dirs,
             evidence,
@@ -338,6 +343,12 @@ impl World {
                 }
             })
             .collect();
+        let index = self.writers.lock().unwrap().len();
+        if run.starts_with(&self.pods.dir) {
+            // On the host, in its pod's pid namespace.
+            let host_pid = discovered::host_pid(index);
+            self.host.spawn(host_pid, Some(open.clone()), Some(pid));
+        }
         match self.shape {
             Shape::SharedAuto => self.evidence.spawn(pid, Some(open), None),
             Shape::SharedProc => self.evidence.spawn(pid, None, None),
@@ -357,6 +368,7 @@ impl World {
         if self.shape != Shape::Own {
             self.evidence.exit(pid);
         }
+        self.host.exit(discovered::host_pid(writer));
         if !kill {
             mark_process_dead(&run, pid).unwrap();
         }

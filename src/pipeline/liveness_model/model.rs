@@ -610,14 +610,16 @@ impl Model {
     /// never dead (only the clocks say so); stepped backward, a later
     /// process given a dead writer's pid is taken for it (a documented
     /// limit). A dead writer whose pid a later process has is unknown where
-    /// descriptors cannot be read.
-    fn writer_state(&self, writer: usize, first_offset: f64, seen: &Seen) -> State {
+    /// descriptors cannot be read. `shape`: how the collector sees the
+    /// writers (the node agent sees every pid and descriptor, as
+    /// [`Shape::SharedAuto`] does).
+    fn writer_state(&self, shape: Shape, writer: usize, first_offset: f64, seen: &Seen) -> State {
         let w = &self.writers[writer];
         let confirmed = seen.confirmed;
         if seen.dead.contains(&writer) {
             return State::Dead;
         }
-        match self.shape {
+        match shape {
             Shape::Own => State::Unknown,
             Shape::SharedAuto if w.alive => State::Live,
             Shape::SharedAuto if confirmed => State::Dead,
@@ -645,6 +647,7 @@ impl Model {
     /// writers it finds dead, whose live gauges it leaves out, kept dead.
     fn collector_verdicts(
         &self,
+        shape: Shape,
         read_writers: &[usize],
         first: &BTreeMap<usize, f64>,
         seen: &mut Seen,
@@ -654,14 +657,14 @@ impl Model {
             ..Seen::default()
         };
         seen.confirmed = seen.confirmed
-            || self.shape == Shape::SharedProc
+            || shape == Shape::SharedProc
             || read_writers
                 .iter()
-                .any(|&w| self.writer_state(w, first[&w], &assumed) == State::Live);
+                .any(|&w| self.writer_state(shape, w, first[&w], &assumed) == State::Live);
         let dropped: BTreeSet<usize> = read_writers
             .iter()
             .copied()
-            .filter(|&w| self.writer_state(w, first[&w], seen) == State::Dead)
+            .filter(|&w| self.writer_state(shape, w, first[&w], seen) == State::Dead)
             .collect();
         seen.dead.extend(dropped.iter().copied());
         dropped
@@ -685,7 +688,7 @@ impl Model {
             }
             let mut seen = std::mem::take(&mut self.pods[pod].seen);
             let read = self.pods[pod].writers.clone();
-            dropped_gauges.extend(self.collector_verdicts(&read, &first, &mut seen));
+            dropped_gauges.extend(self.collector_verdicts(self.shape, &read, &first, &mut seen));
             self.pods[pod].seen = seen;
         }
         self.expected = Some(Expected {
@@ -724,24 +727,24 @@ impl Model {
     /// target (named from the kubelet's log tree in Kubernetes), held by
     /// those writers; a target no writer holds is kept while its pod exists
     /// and dropped once it is gone in Kubernetes, kept for the linger after
-    /// a scan last saw it held outside it. Only in the writers'
-    /// pid namespace with descriptors readable (`hostPID` and
-    /// `CAP_SYS_PTRACE`) does it see a holder: elsewhere it finds nothing.
+    /// a scan last saw it held outside it.
     /// Then each target is read by a collector of its own, kept while the
     /// target is, leaving out the live gauges of the writers it finds dead
-    /// by a directory's rules (a pod removed since the scan is read
-    /// through its kept descriptor: nothing is left in it).
+    /// by a directory's rules as a collector that sees every pid and
+    /// descriptor makes them (a pod removed since the scan is read through
+    /// its kept descriptor: nothing is left in it). It runs on the host
+    /// (`hostPID`, `CAP_SYS_PTRACE`), whatever the shape of the sidecar
+    /// exporter beside it: it sees every pod's writers.
     fn ask_discovered(&mut self) {
         if self.scan_due() {
             self.agent.last_scan = Some(self.boot);
             self.agent.last_check = self.boot;
-            let sees = self.shape == Shape::SharedAuto;
             for pod in 0..self.pods.len() {
                 let holders: Vec<usize> = self.pods[pod]
                     .writers
                     .iter()
                     .copied()
-                    .filter(|&w| sees && self.writers[w].alive)
+                    .filter(|&w| self.writers[w].alive)
                     .collect();
                 let since_held = self
                     .agent
@@ -777,7 +780,8 @@ impl Model {
         for &pod in &read {
             let mut seen = self.agent.seen.remove(&pod).unwrap_or_default();
             let writers = self.pods[pod].writers.clone();
-            dropped_gauges.extend(self.collector_verdicts(&writers, &first, &mut seen));
+            let agent_view = Shape::SharedAuto;
+            dropped_gauges.extend(self.collector_verdicts(agent_view, &writers, &first, &mut seen));
             self.agent.seen.insert(pod, seen);
         }
         self.expected = Some(Expected {
@@ -836,7 +840,7 @@ impl Model {
         } else {
             Seen::default()
         };
-        let dropped_gauges = self.collector_verdicts(&read_writers, &first, &mut seen);
+        let dropped_gauges = self.collector_verdicts(self.shape, &read_writers, &first, &mut seen);
         if kept {
             self.collectors.insert(asker, seen);
         }
@@ -866,7 +870,7 @@ impl Model {
             model.runs[r]
                 .writers
                 .iter()
-                .map(|&w| model.writer_state(w, first[&w], seen))
+                .map(|&w| model.writer_state(model.shape, w, first[&w], seen))
                 .collect()
         };
         let assumed = Seen {
