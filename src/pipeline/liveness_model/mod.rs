@@ -889,14 +889,22 @@ fn the_exporters_own_threads_are_not_a_pods_writers() {
 
 /// The node agent's parts judged by the evidence their source is given, as
 /// the generator found it with that withheld (`Source::with_evidence` not
-/// reaching the discovered parts; seeds 53, 1, 3 and 4): the parts asked
-/// `/proc`, which has no writer 100, so the killed writer, seen alive by
-/// the scan and the first collection, stayed unknown and its live gauge
-/// was served.
+/// reaching the discovered parts; seeds 53, 1, 2 and 3): the parts asked
+/// `/proc`, where no process 100 holds the pod's file, so with
+/// `--writers.liveness=proc` the live writer was judged dead (its live
+/// gauge left out), and with `auto` (as an earlier generator found it) the
+/// killed writer, seen alive by the scan and the first collection, stayed
+/// unknown (its live gauge served).
 #[test]
 #[rustfmt::skip]
 fn the_evidence_a_source_is_given_reaches_the_discovered_parts() {
     use Step::*;
+    let mut model = Model::new(Shape::SharedProc, false);
+    model.kubernetes = false;
+    replay_model(model, &[
+        AddPod { pid: 100 },
+        Ask(Asker::Discovered),
+    ]);
     replay(Shape::SharedAuto, false, &[
         AddPod { pid: 100 },
         Ask(Asker::Discovered),
@@ -931,20 +939,22 @@ fn outside_kubernetes_a_directory_no_process_holds_lingers_then_goes() {
 }
 
 /// As the generator found it with the node agent scanning only on its
-/// interval (seed 1, at the 110th case): a holder of the last scan exited,
-/// so the agent scans again at once and finds the pod started since.
+/// interval (seed 53, at the 61st case): a holder of the last scan exited,
+/// so the agent scans again at once and finds the pod started since (its
+/// writer pid 1 in its pod's namespace, as the first's was: another
+/// process on the host).
 #[test]
 #[rustfmt::skip]
 fn the_node_agent_scans_again_when_a_holder_exits() {
     use Step::*;
-    replay_model(outside_kubernetes(), &[
-        StartRun { dir: 0, pid: 100, busy: false },
-        StartWriter { run: 0, pid: 103, busy: true },
-        AddPod { pid: 101 },
+    let mut model = Model::with(Shape::Own, false, Some(BUDGET), Tree::Alone);
+    model.kubernetes = false;
+    replay_model(model, &[
+        AddPod { pid: 1 },
         Ask(Asker::Discovered),
-        RemovePod { pod: 0 },
+        Exit { writer: 0, kill: false },
+        AddPod { pid: 1 },
         Advance { secs: 1 },
-        AddPod { pid: 101 },
         Ask(Asker::Discovered),
     ]);
 }
