@@ -3,25 +3,31 @@
 //! subdirectories, the same writers) through their writers' descriptors, as
 //! it finds them on a node: each pod's directory held by its writers'
 //! processes, named from a kubelet log tree the test keeps (a pod's log
-//! directory made with it, removed when it goes), kept open after its
-//! writers exit while its pod exists, dropped once it is gone.
+//! directory made with it, removed when it goes) or, outside Kubernetes,
+//! by the container its writers' cgroup names; kept open after its writers
+//! exit while its pod exists (outside Kubernetes, for the linger), dropped
+//! once it is gone.
 //!
-//! Discovery is driven through its seam ([`Processes`]): [`Agent`]'s
-//! scripted processes are the seam's process table ([`Scripted`]: the
-//! writers' pids, start times and descriptors), the paths their descriptors
-//! name (the pods' real files, found by identity), one mount namespace, and
-//! the seam's clock (the scans' schedule). The parts' collectors are given
-//! the same evidence ([`Source::with_evidence`]). Settings that make the
-//! outcome replay from a seed: a scrape timeout of ten minutes (no part is
-//! late: none is served from its last collection) and no memory budget
-//! (parts read side by side do not race for one).
+//! The agent runs on the host (`hostPID`, `CAP_SYS_PTRACE`), whatever the
+//! shape of the sidecar exporter beside it: its evidence ([`HostView`]) is a
+//! process table of its own ([`host_table`]: every pod's writer with a host
+//! pid of its own, [`host_pid`], and its pid in its pod's namespace as its
+//! innermost; every descriptor readable), with the world's clocks and
+//! births. Discovery is driven through its seam ([`Processes`]): the
+//! scripted processes scan that table, name the paths its descriptors hold
+//! (the pods' real files, found by identity) in one mount namespace, and
+//! follow the world's clock (the scans' schedule, the linger). The parts'
+//! collectors are given the same evidence ([`Source::with_evidence`]).
+//! Settings that make the outcome replay from a seed: a scrape timeout of
+//! ten minutes (no part is late: none is served from its last collection)
+//! and no memory budget (parts read side by side do not race for one).
 //!
 //! Its answer must equal, after every ask, a fresh prometheus_client merge
 //! of each target's files less the live gauges of the writers its
 //! collector finds dead (`model::Model::ask_discovered`: the targets of the
-//! last scan, scanned when the reader's schedule says), each labelled
-//! `namespace`, `pod`, `container` as the node agent labels a pod, in the
-//! order of their labels.
+//! last scan, scanned when the reader's schedule says), each labelled as
+//! the node agent labels a pod (or a container), in the order of their
+//! labels.
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt as _;

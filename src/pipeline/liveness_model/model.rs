@@ -727,8 +727,8 @@ impl Model {
     /// target (named from the kubelet's log tree in Kubernetes), held by
     /// those writers; a target no writer holds is kept while its pod exists
     /// and dropped once it is gone in Kubernetes, kept for the linger after
-    /// a scan last saw it held outside it.
-    /// Then each target is read by a collector of its own, kept while the
+    /// a scan last saw it held outside it. Then each target is read by a
+    /// collector of its own, kept while the
     /// target is, leaving out the live gauges of the writers it finds dead
     /// by a directory's rules as a collector that sees every pid and
     /// descriptor makes them (a pod removed since the scan is read through
