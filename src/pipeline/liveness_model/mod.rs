@@ -958,3 +958,24 @@ fn the_node_agent_scans_again_when_a_holder_exits() {
         Ask(Asker::Discovered),
     ]);
 }
+
+/// Found by the generator once the node agent ran on the host (seed 11 of
+/// 3,000 cases): the wall clock stepped forward between a pod's new
+/// writer's birth and the agent's first sight of its files moved their
+/// birth back in the boot clock, before the agent's table of nested pid
+/// namespaces was built; the table was not built again, the writer (seen
+/// only through its pod's namespace) was not found and its live gauge left
+/// out, for good. A writer about to be called dead is now looked for in a
+/// table of this collection.
+#[test]
+#[rustfmt::skip]
+fn a_wall_clock_step_never_hides_a_new_writer_of_a_discovered_pod() {
+    use Step::*;
+    replay_model(outside_kubernetes(), &[
+        AddPod { pid: 100 },
+        Ask(Asker::Discovered),
+        PodWorker { pod: 0, pid: 101 },
+        ClockJump { secs: 5 },
+        Ask(Asker::Discovered),
+    ]);
+}
