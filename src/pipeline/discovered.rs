@@ -39,7 +39,8 @@ pub use crate::pipeline::discovered_labels::{
 use crate::pipeline::parts::{Capped, PartCaps, PartReaders, PartSpec, PartsCollection, Pin};
 use crate::source::descriptors;
 use crate::source::discover::{
-    Decision, DirId, Discovery, DiscoveryOptions, PodLogs, Problem, Refresh, Retention, Target,
+    Decision, DirId, Discovery, DiscoveryOptions, PodLogs, Problem, Processes, Refresh, Retention,
+    Target,
 };
 use crate::source::link_policy::LinkPolicy;
 use crate::source::writers::WriterPolicy;
@@ -378,6 +379,14 @@ impl DiscoveredReader {
         self.request_timeout = timeout;
     }
 
+    /// Learns of the processes from `processes` (`/proc` until then; a test
+    /// drives discovery with its own): the scans, the holders' exits, the
+    /// paths through their roots, and the clock the scans' schedule and the
+    /// linger follow (the parts' deadline stays the system's).
+    pub fn set_processes(&mut self, processes: Arc<dyn Processes>) {
+        self.discovery.set_processes(processes);
+    }
+
     /// The options.
     pub fn options(&self) -> &DiscoverOptions {
         &self.options
@@ -407,7 +416,8 @@ impl DiscoveredReader {
     /// Scans `/proc` if it is due, then reads and combines every target,
     /// each part within its share of the scrape timeout.
     pub fn collect(&mut self) -> DiscoveredCollection {
-        let now = Instant::now();
+        let start = Instant::now();
+        let now = self.discovery.now();
         let timeout = self
             .request_timeout
             .take()
@@ -417,7 +427,7 @@ impl DiscoveredReader {
         if let Some(cause) = self.refresh_due(now) {
             self.refresh(cause, now);
         }
-        let deadline = parts_deadline(now, Instant::now(), timeout);
+        let deadline = parts_deadline(start, Instant::now(), timeout);
         let mut groups: BTreeMap<Vec<Label>, (Arc<str>, Vec<&Target>)> = BTreeMap::new();
         for LabelledTarget {
             target,
@@ -446,7 +456,7 @@ impl DiscoveredReader {
                 targets.into_iter().partition(|t| stale.contains(&t.id()));
             let targets = kept;
             for target in stale_targets {
-                let mut report = report_of(target, &labels, &name);
+                let mut report = report_of(target, &labels, &name, now);
                 report.state = TargetState::Stale;
                 // Never read again: its directory need not stay open.
                 if !target.is_released() {
@@ -481,7 +491,7 @@ impl DiscoveredReader {
                         None => cost.directories_not_kept += 1,
                     }
                 }
-                let mut report = report_of(target, &labels, &name);
+                let mut report = report_of(target, &labels, &name, now);
                 if over || target.is_released() {
                     cost.directories_left_out += 1;
                     report.state = TargetState::Capped;
@@ -575,6 +585,7 @@ impl DiscoveredReader {
 
     /// Scans `/proc` and keeps what changed for the next report.
     fn refresh(&mut self, cause: RefreshCause, now: Instant) {
+        let started = Instant::now();
         let refresh: Refresh = self.discovery.refresh();
         self.last_refresh = Some(now);
         self.last_holder_check = Some(now);
@@ -583,7 +594,7 @@ impl DiscoveredReader {
         let added = label_targets(targets.values(), labels, &mut self.suffixed)
             .into_iter()
             .filter(|t| refresh.added.contains(&t.target.id()))
-            .map(|t| report_of(t.target, &t.labels, &t.name))
+            .map(|t| report_of(t.target, &t.labels, &t.name, now))
             .collect();
         let dropped = refresh
             .dropped
@@ -600,7 +611,7 @@ impl DiscoveredReader {
             descriptors: refresh.descriptors,
             unreadable: refresh.unreadable,
             outside_own_tree: refresh.outside_own_tree,
-            duration: now.elapsed(),
+            duration: started.elapsed(),
             added,
             dropped,
             problems,
@@ -635,8 +646,8 @@ fn part_readers(options: &DiscoverOptions) -> PartReaders<Vec<Label>> {
     parts
 }
 
-/// A target as logs and metrics see it.
-fn report_of(target: &Target, labels: &[Label], part: &Arc<str>) -> TargetReport {
+/// A target as logs and metrics see it, `now` by discovery's clock.
+fn report_of(target: &Target, labels: &[Label], part: &Arc<str>, now: Instant) -> TargetReport {
     TargetReport {
         part: part.clone(),
         labels: labels.to_vec(),
@@ -651,7 +662,7 @@ fn report_of(target: &Target, labels: &[Label], part: &Arc<str>) -> TargetReport
             Decision::Drop(_) => TargetState::Unreadable,
         },
         found: std::time::SystemTime::now()
-            .checked_sub(target.first_seen().elapsed())
+            .checked_sub(now.saturating_duration_since(target.first_seen()))
             .unwrap_or(std::time::UNIX_EPOCH),
     }
 }

@@ -236,6 +236,19 @@ impl Source {
         self
     }
 
+    /// With `--discover.processes`: discovery learns of the processes from
+    /// `processes` ([`DiscoveredReader::set_processes`]; `/proc` until then,
+    /// a test drives it with its own). Nothing for other sources.
+    pub fn with_processes(
+        mut self,
+        processes: Arc<dyn crate::source::discover::Processes>,
+    ) -> Self {
+        if let Kind::Discovered(reader) = &mut self.kind {
+            reader.set_processes(processes);
+        }
+        self
+    }
+
     /// Applies `policy` to the writers (see [`crate::source::writers`]);
     /// until then they are treated as prometheus_client does
     /// ([`WriterPolicy::exact`]).

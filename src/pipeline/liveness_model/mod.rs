@@ -4,10 +4,13 @@
 //! servers starting and stopping as `TemporaryDirectory` does (crashed runs
 //! left behind), files a collection does not read whole appearing in runs,
 //! two `--dir`s, pods of a `--dir.subdirectories-label` parent ([`pods`]:
-//! their writers driven as a run's, their readers given the seam), time
-//! passing, the wall clock stepping, the exporter's child starting and
-//! exiting, and sources asking (`/metrics`, a configured view, a new
-//! `?name[]=` set, `dump`, the pods' exporter), in three shapes (the
+//! their writers driven as a run's, their readers given the seam), the
+//! node agent finding the same pods through their writers' descriptors
+//! ([`discovered`]: discovery driven through its own seam, in Kubernetes or
+//! outside it), time passing, the wall clock stepping, the exporter's child
+//! starting and exiting, and sources asking (`/metrics`, a configured view,
+//! a new `?name[]=` set, `dump`, the pods' exporter, the node agent), in
+//! three shapes (the
 //! writers' pid namespace with descriptors readable, the same under
 //! `--writers.liveness=proc` without them, a pid namespace of its own),
 //! with or without a memory budget, the exporter run directly, under tini
@@ -18,7 +21,8 @@
 //! After each ask the output must equal, byte for byte, a fresh
 //! prometheus_client merge of the files the model ([`model`]) says are
 //! served (for the pods, each pod's files less the live gauges of the
-//! writers its collector must find dead, by a directory's rules); no
+//! writers its collector must find dead, by a directory's rules; for the
+//! node agent, the same for each pod it found by its last scan); no
 //! counter goes down between two answers of a source; no run or
 //! pod is removed while a writer of it lives; every look at a run's content
 //! reads each file within the budget and no more of it than a collection
@@ -27,6 +31,7 @@
 //! the number of sequences (256 by default), `PROPTEST_RNG_SEED` the seed
 //! ([`SEED`] by default; printed, see `docs/reliability.md`).
 
+mod discovered;
 mod model;
 mod pods;
 
@@ -77,9 +82,12 @@ impl ReferenceStateMachine for Reference {
                 Just(Tree::UnderInit),
                 Just(Tree::UnderShell)
             ],
+            any::<bool>(),
         )
-            .prop_map(|(shape, remove_stale, budget, tree)| {
-                Model::with(shape, remove_stale, budget.then_some(BUDGET), tree)
+            .prop_map(|(shape, remove_stale, budget, tree, kubernetes)| {
+                let mut model = Model::with(shape, remove_stale, budget.then_some(BUDGET), tree);
+                model.kubernetes = kubernetes;
+                model
             })
             .boxed()
     }
@@ -95,6 +103,7 @@ impl ReferenceStateMachine for Reference {
             1 => Just(Asker::NameSet),
             1 => Just(Asker::Dump),
             2 => Just(Asker::Pods),
+            2 => Just(Asker::Discovered),
         ];
         prop_oneof![
             3 => (0..DIRS, pids.clone(), any::<bool>())
@@ -174,6 +183,11 @@ struct World {
     answer: Option<(Vec<u8>, Vec<u8>)>,
     /// The pods' exporter.
     pods: pods::Pods,
+    /// The node agent, finding the same pods.
+    agent: discovered::Agent,
+    /// The host's process table as the node agent sees it (`hostPID`):
+    /// the pods' writers, each with a host pid of its own.
+    host: Scripted,
 }
 
 /// The files of `dir` a collection serves, in the order a listing gives
@@ -258,8 +272,12 @@ impl World {
             false,
         );
         let pods = pods::Pods::new(root.path(), model, policy, Arc::new(evidence.clone()));
+        let host = discovered::host_table();
+        let agent = discovered::Agent::new(root.path(), &pods.dir, model, policy, &evidence, &host);
         Self {
             pods,
+            agent,
+            host,
             _root: root,
             dirs,
             evidence,
@@ -325,6 +343,12 @@ impl World {
                 }
             })
             .collect();
+        let index = self.writers.lock().unwrap().len();
+        if run.starts_with(&self.pods.dir) {
+            // On the host, in its pod's pid namespace.
+            let host_pid = discovered::host_pid(index);
+            self.host.spawn(host_pid, Some(open.clone()), Some(pid));
+        }
         match self.shape {
             Shape::SharedAuto => self.evidence.spawn(pid, Some(open), None),
             Shape::SharedProc => self.evidence.spawn(pid, None, None),
@@ -344,6 +368,7 @@ impl World {
         if self.shape != Shape::Own {
             self.evidence.exit(pid);
         }
+        self.host.exit(discovered::host_pid(writer));
         if !kill {
             mark_process_dead(&run, pid).unwrap();
         }
@@ -379,13 +404,17 @@ impl World {
             Step::AddPod { pid } => {
                 let pod = self.pods.pod_dir(model, model.pods.len() - 1);
                 std::fs::create_dir(&pod).unwrap();
+                self.agent.pod_added(model, model.pods.len() - 1);
                 self.start_writer(&pod, pid, false);
             }
             Step::PodWorker { pod, pid } => {
                 let pod = self.pods.pod_dir(model, pod);
                 self.start_writer(&pod, pid, false);
             }
-            Step::RemovePod { pod } => self.stop(model, Home::Pod(pod), true),
+            Step::RemovePod { pod } => {
+                self.stop(model, Home::Pod(pod), true);
+                self.agent.pod_removed(model, pod);
+            }
             Step::Advance { secs } => {
                 self.evidence.advance(Duration::from_secs(u64::from(secs)));
                 busy_write(&self.writers);
@@ -460,11 +489,14 @@ impl World {
                 (dump.collect().collection.families, None)
             }
             Asker::Pods => (self.pods.answer(), None),
+            Asker::Discovered => (self.agent.answer(), None),
         };
-        let expected = if asker == Asker::Pods {
-            self.pods.expected(model)
-        } else {
-            self.expected(model, view.as_ref())
+        let expected = match asker {
+            Asker::Pods => self.pods.expected(model),
+            Asker::Discovered => self
+                .agent
+                .expected(model, |pod| self.pods.pod_dir(model, pod)),
+            _ => self.expected(model, view.as_ref()),
         };
         let got = match &view {
             Some(view) => view.cut(&families),

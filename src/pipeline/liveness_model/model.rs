@@ -8,6 +8,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+mod agent;
+
+use agent::Agent;
+
 /// Metrics directories (`--dir m0 --dir m1`).
 pub(super) const DIRS: usize = 2;
 /// How often a run's content is looked at, at most (`activity`).
@@ -103,6 +107,9 @@ pub(super) enum Asker {
     /// `/metrics` of an exporter reading the pods' parent directory
     /// (`--dir.subdirectories-label pod`).
     Pods,
+    /// `/metrics` of the node agent (`serve --discover.processes`), which
+    /// finds the same pods through their writers' descriptors.
+    Discovered,
 }
 
 /// A pod: a subdirectory of the pods' parent, its writers' files in it.
@@ -227,6 +234,8 @@ pub(super) struct Expected {
     pub(super) runs: Vec<usize>,
     /// Writers whose live gauge is left out (seen dead).
     pub(super) dropped_gauges: BTreeSet<usize>,
+    /// The node agent's targets (pods), read in this order.
+    pub(super) pods: Vec<usize>,
 }
 
 impl Expected {
@@ -257,6 +266,10 @@ pub(super) struct Model {
     /// The memory budget (`None`: none).
     pub(super) budget: Option<usize>,
     pub(super) tree: Tree,
+    /// The node agent runs in Kubernetes (the pods named from the kubelet's
+    /// log tree), or outside it (Docker containers: no pod known, a
+    /// directory no process holds lingers).
+    pub(super) kubernetes: bool,
     /// The exporter's child runs.
     pub(super) child: bool,
     pub(super) odd: Vec<OddFile>,
@@ -268,6 +281,8 @@ pub(super) struct Model {
     shared: RunsModel,
     /// What `/metrics`'s and the view's collectors know.
     collectors: BTreeMap<Asker, Seen>,
+    /// The node agent.
+    agent: Agent,
     pub(super) expected: Option<Expected>,
 }
 
@@ -287,6 +302,7 @@ impl Model {
             remove_stale,
             budget,
             tree,
+            kubernetes: true,
             child: false,
             odd: Vec::new(),
             pods: Vec::new(),
@@ -296,6 +312,7 @@ impl Model {
             wall_offset: 1_700_000_000.0 - 100.0,
             shared: RunsModel::default(),
             collectors: BTreeMap::new(),
+            agent: Agent::default(),
             expected: None,
         }
     }
@@ -569,14 +586,16 @@ impl Model {
     /// never dead (only the clocks say so); stepped backward, a later
     /// process given a dead writer's pid is taken for it (a documented
     /// limit). A dead writer whose pid a later process has is unknown where
-    /// descriptors cannot be read.
-    fn writer_state(&self, writer: usize, first_offset: f64, seen: &Seen) -> State {
+    /// descriptors cannot be read. `shape`: how the collector sees the
+    /// writers (the node agent sees every pid and descriptor, as
+    /// [`Shape::SharedAuto`] does).
+    fn writer_state(&self, shape: Shape, writer: usize, first_offset: f64, seen: &Seen) -> State {
         let w = &self.writers[writer];
         let confirmed = seen.confirmed;
         if seen.dead.contains(&writer) {
             return State::Dead;
         }
-        match self.shape {
+        match shape {
             Shape::Own => State::Unknown,
             Shape::SharedAuto if w.alive => State::Live,
             Shape::SharedAuto if confirmed => State::Dead,
@@ -604,6 +623,7 @@ impl Model {
     /// writers it finds dead, whose live gauges it leaves out, kept dead.
     fn collector_verdicts(
         &self,
+        shape: Shape,
         read_writers: &[usize],
         first: &BTreeMap<usize, f64>,
         seen: &mut Seen,
@@ -613,14 +633,14 @@ impl Model {
             ..Seen::default()
         };
         seen.confirmed = seen.confirmed
-            || self.shape == Shape::SharedProc
+            || shape == Shape::SharedProc
             || read_writers
                 .iter()
-                .any(|&w| self.writer_state(w, first[&w], &assumed) == State::Live);
+                .any(|&w| self.writer_state(shape, w, first[&w], &assumed) == State::Live);
         let dropped: BTreeSet<usize> = read_writers
             .iter()
             .copied()
-            .filter(|&w| self.writer_state(w, first[&w], seen) == State::Dead)
+            .filter(|&w| self.writer_state(shape, w, first[&w], seen) == State::Dead)
             .collect();
         seen.dead.extend(dropped.iter().copied());
         dropped
@@ -644,20 +664,22 @@ impl Model {
             }
             let mut seen = std::mem::take(&mut self.pods[pod].seen);
             let read = self.pods[pod].writers.clone();
-            dropped_gauges.extend(self.collector_verdicts(&read, &first, &mut seen));
+            dropped_gauges.extend(self.collector_verdicts(self.shape, &read, &first, &mut seen));
             self.pods[pod].seen = seen;
         }
         self.expected = Some(Expected {
             asker: Asker::Pods,
             runs: Vec::new(),
             dropped_gauges,
+            pods: Vec::new(),
         });
     }
 
     fn ask(&mut self, asker: Asker) {
-        if asker == Asker::Pods {
-            self.ask_pods();
-            return;
+        match asker {
+            Asker::Pods => return self.ask_pods(),
+            Asker::Discovered => return self.ask_discovered(),
+            _ => {}
         }
         let fresh = asker == Asker::Dump;
         let mut first = BTreeMap::new();
@@ -701,7 +723,7 @@ impl Model {
         } else {
             Seen::default()
         };
-        let dropped_gauges = self.collector_verdicts(&read_writers, &first, &mut seen);
+        let dropped_gauges = self.collector_verdicts(self.shape, &read_writers, &first, &mut seen);
         if kept {
             self.collectors.insert(asker, seen);
         }
@@ -709,6 +731,7 @@ impl Model {
             asker,
             runs: read,
             dropped_gauges,
+            pods: Vec::new(),
         });
     }
 
@@ -730,7 +753,7 @@ impl Model {
             model.runs[r]
                 .writers
                 .iter()
-                .map(|&w| model.writer_state(w, first[&w], seen))
+                .map(|&w| model.writer_state(model.shape, w, first[&w], seen))
                 .collect()
         };
         let assumed = Seen {

@@ -27,7 +27,8 @@ use crate::transform::combine::{combine, Part};
 
 /// The pods' parent and its exporter.
 pub(super) struct Pods {
-    dir: PathBuf,
+    /// The pods' parent.
+    pub(super) dir: PathBuf,
     source: Source,
 }
 

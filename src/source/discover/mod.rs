@@ -64,12 +64,14 @@
 pub mod cgroup;
 pub mod pods;
 pub mod privileges;
+pub mod processes;
 pub mod retain;
 pub mod scan;
 mod tracker;
 
 pub use pods::PodLogs;
 pub use privileges::Privileges;
+pub use processes::{Processes, SystemProcesses};
 pub use retain::{Decision, DirId, DropReason, Retention};
 pub use scan::{scan, Holder, Scan, Sighting};
 pub use tracker::{Discovery, DiscoveryOptions, Location, PodRef, Problem, Refresh, Target};

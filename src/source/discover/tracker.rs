@@ -19,8 +19,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::pods::{PodIndex, PodLogs};
+use super::processes::{Processes, SystemProcesses};
 use super::retain::{self, Decision, DirId, DropReason, KeptDir, PodState, Retention};
-use super::scan::{self, Holder, Scan, Sighting};
+use super::scan::{Holder, Scan, Sighting};
 
 /// How discovery names pods and keeps directories.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -140,7 +141,8 @@ impl Target {
     }
 
     /// Whether a holder of the last refresh has exited since (a reason to
-    /// refresh now rather than at the next period).
+    /// refresh now rather than at the next period), as `/proc` tells
+    /// ([`Discovery::holder_gone`] asks its [`Processes`]).
     pub fn holder_gone(&self) -> bool {
         self.holders.iter().any(|h| !h.is_alive())
     }
@@ -302,11 +304,19 @@ pub struct Refresh {
     pub unretained: Vec<DirId>,
 }
 
-/// The discovered directories, refreshed from `/proc`.
-#[derive(Debug, Default)]
+/// The discovered directories, refreshed from `/proc` (or what
+/// [`Discovery::set_processes`] gives).
+#[derive(Debug)]
 pub struct Discovery {
     options: DiscoveryOptions,
     targets: BTreeMap<DirId, Target>,
+    processes: Arc<dyn Processes>,
+}
+
+impl Default for Discovery {
+    fn default() -> Self {
+        Self::new(DiscoveryOptions::default())
+    }
 }
 
 impl Discovery {
@@ -315,7 +325,19 @@ impl Discovery {
         Self {
             options,
             targets: BTreeMap::new(),
+            processes: Arc::new(SystemProcesses),
         }
+    }
+
+    /// Learns of the processes from `processes` from now on (`/proc` until
+    /// then; a test drives discovery with its own).
+    pub fn set_processes(&mut self, processes: Arc<dyn Processes>) {
+        self.processes = processes;
+    }
+
+    /// The time now, by the clock of its [`Processes`].
+    pub fn now(&self) -> Instant {
+        self.processes.now()
     }
 
     /// The options.
@@ -330,7 +352,10 @@ impl Discovery {
 
     /// Whether a holder seen at the last refresh has exited since.
     pub fn holder_gone(&self) -> bool {
-        self.targets.values().any(Target::holder_gone)
+        self.targets
+            .values()
+            .flat_map(|t| &t.holders)
+            .any(|h| !self.processes.is_alive(h))
     }
 
     /// How many targets are kept open (one descriptor each).
@@ -351,9 +376,12 @@ impl Discovery {
         }
     }
 
-    /// Scans `/proc` ([`scan::scan`]) and applies the result.
+    /// Scans `/proc` ([`super::scan::scan`], through its [`Processes`]) and
+    /// applies the result.
     pub fn refresh(&mut self) -> Refresh {
-        self.apply(scan::scan(), Instant::now())
+        let scan = self.processes.scan();
+        let now = self.processes.now();
+        self.apply(scan, now)
     }
 
     /// Applies one scan taken at `now`: updates the targets and their
@@ -370,7 +398,7 @@ impl Discovery {
         };
         let mut seen: BTreeMap<DirId, Vec<(Sighting, PathBuf)>> = BTreeMap::new();
         for sighting in scan.sightings {
-            match identify(&sighting) {
+            match identify(&*self.processes, &sighting) {
                 Ok((id, path)) => seen.entry(id).or_default().push((sighting, path)),
                 Err(error) => refresh.problems.push(Problem::DirectoryUnreadable {
                     mount_ns: sighting.mount_ns,
@@ -542,11 +570,16 @@ impl Target {
     }
 }
 
-/// The directory's identity and a path to it through one of its holders,
-/// checked to reach the very file that holder has open.
-fn identify(sighting: &Sighting) -> io::Result<(DirId, PathBuf)> {
+/// The directory's identity and a path to it through one of its holders
+/// (in pid order, as [`Sighting::paths`]), checked to reach the very file
+/// that holder has open.
+fn identify(processes: &dyn Processes, sighting: &Sighting) -> io::Result<(DirId, PathBuf)> {
     let mut last = io::Error::new(io::ErrorKind::NotFound, "no holder");
-    for path in sighting.paths() {
+    let paths = sighting
+        .holders
+        .iter()
+        .map(|h| processes.through_root(h.pid, &sighting.dir));
+    for path in paths {
         let found = DirId::of(&path).and_then(|id| {
             let file = DirId::of(&path.join(&sighting.sample.name))?;
             if (file.dev, file.ino) != sighting.sample.identity {

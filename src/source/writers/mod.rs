@@ -661,6 +661,23 @@ impl Writers {
             candidates = self.candidates(pid, now, true);
             (holder, possible, later) = Self::weigh(&candidates, file, born);
         }
+        let trusted = matches!(self.visibility, Visibility::Confirmed | Visibility::Assumed);
+        if holder.is_none()
+            && possible.is_none()
+            && !later
+            && trusted
+            && self.namespaces.built.is_none_or(|at| at < now)
+        {
+            // About to be called dead, for good: looked for in a table of
+            // this collection. The check above compares the file's birth
+            // with the table's in the boot clock, and a wall clock stepped
+            // forward between the birth and its first sight moves the
+            // birth back (issue 53: a live writer seen only through its
+            // pod's namespace was called dead). At most once a collection.
+            self.namespaces = NamespaceTable::build(&*self.evidence, now);
+            candidates = self.candidates(pid, now, true);
+            (holder, possible, later) = Self::weigh(&candidates, file, born);
+        }
         if holder.is_some() && self.visibility == Visibility::Unconfirmed {
             self.visibility = Visibility::Confirmed;
         }

@@ -282,3 +282,66 @@ fn beyond_max_kept_a_directory_is_read_while_held_and_not_kept_and_a_released_on
     let refresh = discovery.apply(scan_of(rest), t0);
     assert_eq!(refresh.dropped, [(kept, DropReason::NotKept)]);
 }
+
+/// Processes a test sets: one scan, holders alive while listed, paths at
+/// the directories themselves, a clock of its own.
+#[derive(Debug)]
+struct Fake {
+    scan: std::sync::Mutex<Scan>,
+    alive: std::sync::Mutex<Vec<u32>>,
+    now: Instant,
+}
+
+impl Processes for Fake {
+    fn scan(&self) -> Scan {
+        self.scan.lock().unwrap().clone()
+    }
+
+    fn is_alive(&self, holder: &Holder) -> bool {
+        self.alive.lock().unwrap().contains(&holder.pid)
+    }
+
+    fn through_root(&self, _pid: u32, dir: &Path) -> PathBuf {
+        dir.to_path_buf()
+    }
+
+    fn now(&self) -> Instant {
+        self.now
+    }
+}
+
+#[test]
+fn discovery_learns_of_the_processes_through_its_seam() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut seen = sighting(dir.path(), 7, None);
+    // A pid no process of this machine need have: its root is not walked.
+    seen.holders[0].pid = 4_000_000;
+    let later = Instant::now() + Duration::from_secs(3600);
+    let fake = Arc::new(Fake {
+        scan: std::sync::Mutex::new(scan_of(vec![seen])),
+        alive: std::sync::Mutex::new(vec![4_000_000]),
+        now: later,
+    });
+    let mut discovery = Discovery::new(DiscoveryOptions {
+        retention: linger(60),
+        ..DiscoveryOptions::default()
+    });
+    discovery.set_processes(fake.clone());
+    assert_eq!(discovery.now(), later);
+    let refresh = discovery.refresh();
+    assert!(refresh.problems.is_empty(), "{:?}", refresh.problems);
+    let id = DirId::of(dir.path()).unwrap();
+    let target = &discovery.targets()[&id];
+    assert!(target.is_held() && target.is_kept());
+    assert_eq!(target.first_seen(), later);
+    assert!(!discovery.holder_gone());
+    // The holder exits: the seam says so.
+    fake.alive.lock().unwrap().clear();
+    *fake.scan.lock().unwrap() = Scan::default();
+    assert!(discovery.holder_gone());
+    discovery.refresh();
+    assert_eq!(
+        discovery.targets()[&id].decision(),
+        Decision::Lingering(Duration::from_secs(60))
+    );
+}
