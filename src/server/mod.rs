@@ -697,6 +697,11 @@ pub async fn serve(settings: ServeSettings) -> ExitCode {
         discover::log_privileges(crate::source::discover::Privileges::current());
     }
 
+    // Every signal the exporter handles is handled from before it says it
+    // listens: a SIGHUP or SIGTERM sent on "Listening." is never the
+    // default action (the end of the process).
+    let hangup = watch::hangup_signal();
+    let stop = StopSignals::new();
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let pusher = match push_settings {
         None => None,
@@ -710,7 +715,7 @@ pub async fn serve(settings: ServeSettings) -> ExitCode {
             }
         }
     };
-    let watcher = tokio::spawn(watch::run(state.0.clone(), shutdown_rx.clone()));
+    let watcher = tokio::spawn(watch::run(state.0.clone(), shutdown_rx.clone(), hangup));
     let discoverer = discovery.map(|d| {
         tokio::spawn(discover::run(
             state.0.clone(),
@@ -763,7 +768,7 @@ pub async fn serve(settings: ServeSettings) -> ExitCode {
             shutdown_rx.clone(),
         )));
     }
-    shutdown_signal().await;
+    stop.received().await;
     tracing::info!("Shutting down: finishing in-flight requests.");
     let _ = shutdown_tx.send(true);
     let mut code = ExitCode::SUCCESS;
@@ -786,22 +791,42 @@ pub async fn serve(settings: ServeSettings) -> ExitCode {
     code
 }
 
-/// Completes on SIGTERM or SIGINT.
-async fn shutdown_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
+/// SIGTERM's and SIGINT's streams, made before the exporter says it listens.
+struct StopSignals {
+    terminate: Option<tokio::signal::unix::Signal>,
+    interrupt: Option<tokio::signal::unix::Signal>,
+}
+
+impl StopSignals {
+    fn new() -> Self {
+        use tokio::signal::unix::{signal, SignalKind};
+        let stream = |kind: SignalKind, name: &str| match signal(kind) {
+            Ok(s) => Some(s),
             Err(e) => {
-                tracing::warn!(error = %e, "Cannot listen for SIGTERM.");
-                std::future::pending::<()>().await;
+                tracing::warn!(error = %e, "Cannot listen for {name}.");
+                None
+            }
+        };
+        Self {
+            terminate: stream(SignalKind::terminate(), "SIGTERM"),
+            interrupt: stream(SignalKind::interrupt(), "SIGINT"),
+        }
+    }
+
+    /// Completes on SIGTERM or SIGINT.
+    async fn received(mut self) {
+        async fn next(signal: &mut Option<tokio::signal::unix::Signal>) {
+            match signal {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending::<()>().await,
             }
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received."),
-        _ = terminate => tracing::info!("SIGTERM received."),
+        tokio::select! {
+            _ = next(&mut self.interrupt) => tracing::info!("SIGINT received."),
+            _ = next(&mut self.terminate) => tracing::info!("SIGTERM received."),
+        }
     }
 }
 

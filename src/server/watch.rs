@@ -222,8 +222,15 @@ fn nearest_existing(path: &Path) -> Option<PathBuf> {
         .map(Path::to_path_buf)
 }
 
-/// Runs until `shutdown` turns true.
-pub(crate) async fn run(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
+/// Runs until `shutdown` turns true. `hangup` is SIGHUP's stream
+/// ([`hangup_signal`]), made by the caller before it says it listens: made
+/// here, after the first rescan, a SIGHUP sent in between killed the
+/// process (its default action).
+pub(crate) async fn run(
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<bool>,
+    mut hangup: Option<tokio::signal::unix::Signal>,
+) {
     let (tx, mut rx) = mpsc::unbounded_channel::<notify::Result<Event>>();
     let watcher = match notify::recommended_watcher(move |event| {
         let _ = tx.send(event);
@@ -248,7 +255,6 @@ pub(crate) async fn run(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>
     let mut dirs: Vec<DirState> = shared.dirs.iter().map(|_| DirState::default()).collect();
     rescan(&shared, &mut dirs, &mut watches, config_dir.as_deref());
 
-    let mut hangup = hangup_signal();
     let mut ticker = interval(RESCAN_INTERVAL);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     ticker.tick().await; // the first tick is immediate
@@ -445,7 +451,8 @@ fn list(dir: &Path) -> BTreeSet<OsString> {
         .unwrap_or_default()
 }
 
-fn hangup_signal() -> Option<tokio::signal::unix::Signal> {
+/// SIGHUP's stream; from then on SIGHUP no longer ends the process.
+pub(crate) fn hangup_signal() -> Option<tokio::signal::unix::Signal> {
     match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
         Ok(s) => Some(s),
         Err(e) => {
