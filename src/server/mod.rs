@@ -27,6 +27,7 @@ mod html;
 mod http;
 mod parts_status;
 mod scrape;
+mod signals;
 mod status_page;
 mod status_pods;
 mod telemetry;
@@ -701,7 +702,7 @@ pub async fn serve(settings: ServeSettings) -> ExitCode {
     // listens: a SIGHUP or SIGTERM sent on "Listening." is never the
     // default action (the end of the process).
     let hangup = watch::hangup_signal();
-    let stop = StopSignals::new();
+    let stop = signals::StopSignals::new();
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let pusher = match push_settings {
         None => None,
@@ -789,45 +790,6 @@ pub async fn serve(settings: ServeSettings) -> ExitCode {
     let _ = web_watcher.await;
     tracing::info!("Stopped.");
     code
-}
-
-/// SIGTERM's and SIGINT's streams, made before the exporter says it listens.
-struct StopSignals {
-    terminate: Option<tokio::signal::unix::Signal>,
-    interrupt: Option<tokio::signal::unix::Signal>,
-}
-
-impl StopSignals {
-    fn new() -> Self {
-        use tokio::signal::unix::{signal, SignalKind};
-        let stream = |kind: SignalKind, name: &str| match signal(kind) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                tracing::warn!(error = %e, "Cannot listen for {name}.");
-                None
-            }
-        };
-        Self {
-            terminate: stream(SignalKind::terminate(), "SIGTERM"),
-            interrupt: stream(SignalKind::interrupt(), "SIGINT"),
-        }
-    }
-
-    /// Completes on SIGTERM or SIGINT.
-    async fn received(mut self) {
-        async fn next(signal: &mut Option<tokio::signal::unix::Signal>) {
-            match signal {
-                Some(s) => {
-                    s.recv().await;
-                }
-                None => std::future::pending::<()>().await,
-            }
-        }
-        tokio::select! {
-            _ = next(&mut self.interrupt) => tracing::info!("SIGINT received."),
-            _ = next(&mut self.terminate) => tracing::info!("SIGTERM received."),
-        }
-    }
 }
 
 /// A collection as the sinks take it.

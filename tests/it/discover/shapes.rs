@@ -73,12 +73,15 @@ fn a_node_agent_under_an_init_in_a_pid_namespace_of_its_own_still_says_it_sees_n
     let work = tempfile::tempdir().unwrap();
     let pods = work.path().join("no-pod-logs");
     // `sh` stays pid 1 of the namespace, the exporter its child (pid 2);
-    // `sh` passes on the SIGHUP that flushes the exporter's logs.
+    // `sh` passes on the SIGHUP that flushes the exporter's logs. `env
+    // --default-signal=HUP` first: a shell cannot trap a signal ignored when
+    // it started, and the tests run under `nohup` ignored SIGHUP (this test
+    // then timed out waiting for the SIGHUP log line).
     let init = r#""$@" & child=$!; trap 'kill -HUP $child' HUP; while kill -0 $child 2>/dev/null; do wait $child; done"#;
     let mut launch = Shape::OwnPidNamespace.launch(crate::support::Launch::default());
-    launch
-        .wrapper
-        .extend(["sh", "-c", init, "sh"].map(std::ffi::OsString::from));
+    launch.wrapper.extend(
+        ["env", "--default-signal=HUP", "sh", "-c", init, "sh"].map(std::ffi::OsString::from),
+    );
     let exporter = crate::support::Exporter::launch(
         &[
             "--discover.processes",
